@@ -1,0 +1,163 @@
+// pybind11 extension over the C-ABI (kernels/verify_attn.h).
+//
+// It links no torch C++ headers, so one wheel serves any torch version: the
+// Python layer passes raw device pointers (tensor.data_ptr()), shapes, strides
+// and the current CUDA stream as integers through `Params`.
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/verify_attn.h"
+
+namespace py = pybind11;
+
+namespace {
+
+// Raises the Python exception matching a non-OK status:
+// TypeError (dtype), ValueError (bad argument), NotImplementedError
+// (unsupported but valid), RuntimeError (no device, CUDA failure).
+void raise_on_error(va_status s, const char* where) {
+  if (s == VA_OK) return;
+  std::string msg = std::string(where) + ": " + va_status_name(s) + ": " +
+                    va_last_error_message();
+  switch (s) {
+    case VA_ERR_INVALID_DTYPE:
+      throw py::type_error(msg);
+    case VA_ERR_NULL_POINTER:
+    case VA_ERR_INVALID_VALUE:
+    case VA_ERR_INVALID_STRIDE:
+    case VA_ERR_WORKSPACE:
+    case VA_ERR_VERSION:
+      throw py::value_error(msg);
+    default:
+      throw std::runtime_error(msg);
+  }
+}
+
+[[noreturn]] void raise_not_implemented(const std::string& msg) {
+  PyErr_SetString(PyExc_NotImplementedError, msg.c_str());
+  throw py::error_already_set();
+}
+
+void check(va_status s, const char* where) {
+  if (s == VA_ERR_UNSUPPORTED) {
+    raise_not_implemented(std::string(where) + ": " + va_status_name(s) + ": " +
+                          va_last_error_message());
+  }
+  raise_on_error(s, where);
+}
+
+template <typename T>
+uintptr_t ptr_get(T* p) {
+  return reinterpret_cast<uintptr_t>(p);
+}
+
+}  // namespace
+
+#define VA_FIELD(name) .def_readwrite(#name, &va_params::name)
+#define VA_PTR_FIELD(name, type)                                              \
+  .def_property(                                                             \
+      #name, [](const va_params& p) { return ptr_get(p.name); },             \
+      [](va_params& p, uintptr_t v) { p.name = reinterpret_cast<type>(v); })
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "verify_attn C-ABI bindings (internal; use the verify_attn package).";
+
+  m.attr("ABI_VERSION") = VA_ABI_VERSION;
+  m.attr("DTYPE_FP16") = static_cast<int>(VA_DTYPE_FP16);
+  m.attr("DTYPE_BF16") = static_cast<int>(VA_DTYPE_BF16);
+  m.attr("MASK_TREE") = static_cast<int>(VA_MASK_TREE);
+  m.attr("MASK_CAUSAL") = static_cast<int>(VA_MASK_CAUSAL);
+  m.attr("KV_FLAT") = static_cast<int>(VA_KV_FLAT);
+  m.attr("KV_PAGED") = static_cast<int>(VA_KV_PAGED);
+
+  py::class_<va_params>(m, "Params",
+                        "va_params of kernels/verify_attn.h; pointers are ints (0 = NULL).")
+      .def(py::init([]() {
+        va_params p;
+        va_params_init(&p);
+        return p;
+      }))
+      VA_FIELD(struct_size) VA_FIELD(abi_version) VA_FIELD(dtype)
+      VA_FIELD(kv_layout) VA_FIELD(mask_mode) VA_FIELD(batch_size)
+      VA_FIELD(total_q) VA_FIELD(max_q_len) VA_FIELD(max_kv_len)
+      VA_FIELD(num_qo_heads) VA_FIELD(num_kv_heads) VA_FIELD(head_dim_qk)
+      VA_FIELD(head_dim_vo) VA_FIELD(v_is_k_prefix) VA_FIELD(sm_scale)
+      VA_PTR_FIELD(q, const void*) VA_FIELD(q_stride_token) VA_FIELD(q_stride_head)
+      VA_PTR_FIELD(k, const void*) VA_FIELD(k_stride_page) VA_FIELD(k_stride_token)
+      VA_FIELD(k_stride_head)
+      VA_PTR_FIELD(v, const void*) VA_FIELD(v_stride_page) VA_FIELD(v_stride_token)
+      VA_FIELD(v_stride_head)
+      VA_PTR_FIELD(out, void*) VA_FIELD(out_stride_token) VA_FIELD(out_stride_head)
+      VA_PTR_FIELD(lse, float*) VA_FIELD(lse_stride_token) VA_FIELD(lse_stride_head)
+      VA_PTR_FIELD(qo_indptr, const int32_t*) VA_PTR_FIELD(kv_indptr, const int32_t*)
+      VA_PTR_FIELD(kv_indices, const int32_t*) VA_PTR_FIELD(kv_len, const int32_t*)
+      VA_FIELD(page_size) VA_FIELD(num_pages) VA_FIELD(num_kv_rows)
+      VA_PTR_FIELD(tree_mask, const uint32_t*) VA_FIELD(mask_words)
+      VA_FIELD(num_splits) VA_PTR_FIELD(workspace, void*) VA_FIELD(workspace_bytes)
+      VA_PTR_FIELD(error_word, int32_t*) VA_PTR_FIELD(stream, void*);
+
+  m.def(
+      "attention",
+      [](const va_params& p) {
+        va_status s;
+        {
+          py::gil_scoped_release release;
+          s = va_attention(&p);
+        }
+        check(s, "va_attention");
+      },
+      py::arg("params"), "Launch tree-verify attention (asynchronous, on params.stream).");
+
+  m.def(
+      "workspace_size",
+      [](const va_params& p) {
+        size_t bytes = 0;
+        check(va_workspace_size(&p, &bytes), "va_workspace_size");
+        return bytes;
+      },
+      py::arg("params"), "Workspace bytes va_attention needs for params.");
+
+  m.def(
+      "query_config",
+      [](const va_params& p) {
+        va_config_info info{};
+        check(va_query_config(&p, &info), "va_query_config");
+        py::dict d;
+        d["name"] = std::string(info.name);
+        d["tile_m"] = info.tile_m;
+        d["tile_n"] = info.tile_n;
+        d["num_warps"] = info.num_warps;
+        d["num_stages"] = info.num_stages;
+        d["num_splits"] = info.num_splits;
+        d["smem_bytes"] = info.smem_bytes;
+        d["sm_arch"] = info.sm_arch;
+        return d;
+      },
+      py::arg("params"), "The kernel configuration va_attention would run.");
+
+  m.def(
+      "scaled_copy",
+      [](uintptr_t x, uintptr_t y, int64_t n, float scale, int32_t dtype, uintptr_t stream) {
+        check(va_scaled_copy(reinterpret_cast<const void*>(x), reinterpret_cast<void*>(y), n,
+                             scale, dtype, reinterpret_cast<void*>(stream)),
+              "va_scaled_copy");
+      },
+      py::arg("x"), py::arg("y"), py::arg("n"), py::arg("scale"), py::arg("dtype"),
+      py::arg("stream"), "Smoke kernel: y = scale * x (device pointers).");
+
+  m.def(
+      "cuda_versions",
+      []() {
+        int32_t rt = 0, drv = 0;
+        check(va_cuda_versions(&rt, &drv), "va_cuda_versions");
+        return py::make_tuple(rt, drv);
+      },
+      "(CUDA runtime version linked in, driver version or 0).");
+
+  m.def("compiled_archs", []() { return std::string(va_compiled_archs()); },
+        "Comma-separated GPU archs compiled in, e.g. 'sm_90a,sm_120a'.");
+  m.def("abi_version", []() { return va_abi_version(); });
+  m.def("status_name", [](int s) { return std::string(va_status_name(static_cast<va_status>(s))); });
+}

@@ -1,0 +1,171 @@
+/*
+ * verify_attn C-ABI: attention for the verify step of tree speculative decoding.
+ *
+ * Plain C (C99) header, usable from C, C++ and ctypes. Every entry point
+ * validates what it can without reading device memory and returns a status;
+ * on any status other than VA_OK nothing was launched, and
+ * va_last_error_message() (thread-local) names the offending field.
+ *
+ * Semantics (one definition for the flat and the paged KV layouts):
+ *   Request i has q_len_i = qo_indptr[i+1] - qo_indptr[i] draft (query) rows and
+ *   kv_len_i KV rows. The LAST q_len_i KV rows are the draft tokens themselves,
+ *   in query-row order; the first prefix_len_i = kv_len_i - q_len_i are the
+ *   committed prefix. Query row t (0-based within the request) sees every
+ *   prefix row, and draft row c iff
+ *     mask_mode == VA_MASK_TREE:   bit (c % 32) of word (c / 32) of
+ *                                  tree_mask[(qo_indptr[i] + t) * mask_words + .]
+ *                                  (little-endian bit order inside each uint32);
+ *     mask_mode == VA_MASK_CAUSAL: c <= t (a chain; tree_mask unused).
+ *   out[t, h, :] = softmax(sm_scale * q[t,h,:D_qk] . k[j,hk,:D_qk]) @ v[j,hk,:D_v]
+ *   over visible j, fp32 accumulation; hk = h / (num_qo_heads / num_kv_heads).
+ *   lse[t, h] = natural-log log-sum-exp of the scaled logits (FlashAttention and
+ *   FlashMLA convention, NOT FlashInfer's base 2). A row that sees nothing
+ *   (impossible for valid trees: every row sees itself) gets out = 0, lse = -inf.
+ *
+ * Layouts:
+ *   MLA (absorbed): num_kv_heads = 1, head_dim_qk = 576, head_dim_vo = 512,
+ *     v_is_k_prefix = 1: the value is the first head_dim_vo values of the K row
+ *     (v must be NULL or equal to k).
+ *   MHA/GQA: head_dim_qk == head_dim_vo in {64, 128, 256}, num_qo_heads a multiple
+ *     of num_kv_heads (group 1..16), separate K and V.
+ *   Flat KV  (VA_KV_FLAT):  KV row j of request i is at element offset
+ *     (kv_indptr[i] + j) * k_stride_token + hk * k_stride_head; kv_len_i =
+ *     kv_indptr[i+1] - kv_indptr[i].
+ *   Paged KV (VA_KV_PAGED): the cache holds num_pages pages of page_size slots;
+ *     KV row j of request i lives in page p = kv_indices[kv_indptr[i] + j / page_size]
+ *     at slot s = j % page_size: element offset p * k_stride_page +
+ *     s * k_stride_token + hk * k_stride_head. kv_len_i = kv_len[i].
+ *   All strides are in ELEMENTS; the last dimension of q, k, v, out must be
+ *   contiguous (stride 1) and 16-byte aligned.
+ *
+ * All index arrays (qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask) are
+ * DEVICE pointers. Host-side bounds used for planning (max_q_len, max_kv_len)
+ * must be upper bounds of the device values.
+ */
+#ifndef VERIFY_ATTN_H_
+#define VERIFY_ATTN_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define VA_ABI_VERSION 1
+
+typedef enum va_status {
+  VA_OK = 0,
+  VA_ERR_NULL_POINTER = 1,     /* a required pointer is NULL */
+  VA_ERR_INVALID_VALUE = 2,    /* a size/count/flag out of its range */
+  VA_ERR_INVALID_DTYPE = 3,    /* dtype not fp16/bf16 */
+  VA_ERR_INVALID_STRIDE = 4,   /* stride/alignment not supported */
+  VA_ERR_UNSUPPORTED = 5,      /* valid but not built (head dim, arch, no config fits) */
+  VA_ERR_WORKSPACE = 6,        /* workspace NULL or too small */
+  VA_ERR_VERSION = 7,          /* struct_size / abi_version mismatch */
+  VA_ERR_NO_DEVICE = 8,        /* no CUDA device / driver */
+  VA_ERR_CUDA = 9              /* a CUDA runtime call or launch failed */
+} va_status;
+
+typedef enum va_dtype { VA_DTYPE_FP16 = 0, VA_DTYPE_BF16 = 1 } va_dtype;
+typedef enum va_mask_mode { VA_MASK_TREE = 0, VA_MASK_CAUSAL = 1 } va_mask_mode;
+typedef enum va_kv_layout { VA_KV_FLAT = 0, VA_KV_PAGED = 1 } va_kv_layout;
+
+/* Parameter struct. Fill with va_params_init() then set fields. */
+typedef struct va_params {
+  uint32_t struct_size;  /* sizeof(va_params), set by va_params_init */
+  uint32_t abi_version;  /* VA_ABI_VERSION, set by va_params_init */
+
+  int32_t dtype;         /* va_dtype of q, k, v, out */
+  int32_t kv_layout;     /* va_kv_layout */
+  int32_t mask_mode;     /* va_mask_mode */
+
+  int32_t batch_size;    /* B >= 0 requests */
+  int32_t total_q;       /* qo_indptr[B]; rows of q/out/lse/tree_mask */
+  int32_t max_q_len;     /* host upper bound of any q_len_i (<= 1024) */
+  int64_t max_kv_len;    /* host upper bound of any kv_len_i (planning) */
+
+  int32_t num_qo_heads;
+  int32_t num_kv_heads;
+  int32_t head_dim_qk;
+  int32_t head_dim_vo;
+  int32_t v_is_k_prefix; /* 1 = MLA: value = first head_dim_vo of K row */
+  float sm_scale;
+
+  /* q: [total_q, num_qo_heads, head_dim_qk] */
+  const void* q;
+  int64_t q_stride_token, q_stride_head;
+  /* k, v: flat [rows, Hkv, D]; paged [num_pages, page_size, Hkv, D] */
+  const void* k;
+  int64_t k_stride_page, k_stride_token, k_stride_head;
+  const void* v;
+  int64_t v_stride_page, v_stride_token, v_stride_head;
+  /* out: [total_q, num_qo_heads, head_dim_vo] */
+  void* out;
+  int64_t out_stride_token, out_stride_head;
+  /* lse: optional fp32 [total_q, num_qo_heads], natural log */
+  float* lse;
+  int64_t lse_stride_token, lse_stride_head;
+
+  const int32_t* qo_indptr;  /* [B+1] */
+  const int32_t* kv_indptr;  /* [B+1]: flat rows, paged pages */
+  const int32_t* kv_indices; /* paged: page ids, [kv_indptr[B]] */
+  const int32_t* kv_len;     /* paged: [B] */
+  int32_t page_size;         /* paged: >= 1 */
+  int64_t num_pages;         /* paged: pages in the cache (bound for indices) */
+  int64_t num_kv_rows;       /* flat: rows of k/v (bound for kv_indptr) */
+
+  const uint32_t* tree_mask; /* VA_MASK_TREE: [total_q, mask_words] */
+  int32_t mask_words;        /* >= ceil(max_q_len / 32) */
+
+  int32_t num_splits;        /* 0 = automatic; >= 1 forces split-K count */
+  void* workspace;           /* device scratch, >= va_workspace_size() bytes */
+  size_t workspace_bytes;
+
+  int32_t* error_word;       /* optional device int32: set != 0 on bad device data */
+
+  void* stream;              /* cudaStream_t (NULL = legacy default stream) */
+} va_params;
+
+/* Description of the kernel configuration a call would run. */
+typedef struct va_config_info {
+  char name[64];             /* e.g. "mma_sync_bf16_mla_m32n32_s1" */
+  int32_t tile_m;            /* folded query rows per CTA */
+  int32_t tile_n;            /* KV rows per tile */
+  int32_t num_warps;
+  int32_t num_stages;
+  int32_t num_splits;        /* split-K count chosen */
+  int32_t smem_bytes;        /* dynamic shared memory per block */
+  int32_t sm_arch;           /* device major*10+minor */
+} va_config_info;
+
+void va_params_init(va_params* p);
+
+/* Bytes of workspace the call described by p needs (0 when unsplit). */
+va_status va_workspace_size(const va_params* p, size_t* bytes);
+
+/* Which configuration va_attention would run for p on the current device. */
+va_status va_query_config(const va_params* p, va_config_info* info);
+
+/* Launch on p->stream. Asynchronous; no host synchronization. */
+va_status va_attention(const va_params* p);
+
+/* Smoke kernel: y[i] = scale * x[i], n elements of dtype (fp16/bf16). */
+va_status va_scaled_copy(const void* x, void* y, int64_t n, float scale,
+                         int32_t dtype, void* stream);
+
+/* Human-readable text of the last error on this thread ("" after success). */
+const char* va_last_error_message(void);
+const char* va_status_name(va_status s);
+
+/* CUDA runtime version linked in (e.g. 13000), and driver version (0 if none). */
+va_status va_cuda_versions(int32_t* runtime_version, int32_t* driver_version);
+/* Comma-separated archs compiled into this library, e.g. "sm_90a,sm_120a". */
+const char* va_compiled_archs(void);
+/* ABI version of the library (compare with VA_ABI_VERSION). */
+int32_t va_abi_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VERIFY_ATTN_H_ */

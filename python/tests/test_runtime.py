@@ -1,0 +1,86 @@
+"""CPU tests of the compiled extension: it imports without a GPU, reports the
+build, says "no CUDA device" clearly, and the C-ABI rejects bad arguments
+with the right status (mapped to the right Python exception)."""
+
+import re
+
+import pytest
+
+import verify_attn
+from verify_attn import _ext
+
+
+def C():
+    return _ext.load()
+
+
+def test_version_is_pep440():
+    assert re.fullmatch(r"\d+\.\d+\.\d+([a-z]+\d+)?", verify_attn.__version__)
+
+
+def test_extension_imports_and_reports_build():
+    info = verify_attn.runtime_info()
+    assert info["version"] == verify_attn.__version__
+    assert info["abi_version"] == C().ABI_VERSION == 1
+    # Linked statically against the CUDA 13.0 runtime from the pinned wheels.
+    assert 13000 <= info["cuda_runtime"] < 13010, info
+    assert set(info["compiled_archs"]) <= {"sm_90a", "sm_120a"}
+    assert info["compiled_archs"], info
+
+
+def _has_gpu():
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+@pytest.mark.skipif(_has_gpu(), reason="checks the no-GPU error path")
+def test_no_device_is_a_clear_error():
+    # Non-NULL dummy pointers: validation passes, then the device lookup fails
+    # before anything is launched or dereferenced.
+    with pytest.raises(RuntimeError, match="VA_ERR_NO_DEVICE.*no CUDA device"):
+        C().scaled_copy(256, 512, 16, 2.0, C().DTYPE_BF16, 0)
+
+
+def test_smoke_bad_dtype_is_type_error():
+    with pytest.raises(TypeError, match="VA_ERR_INVALID_DTYPE: dtype"):
+        C().scaled_copy(256, 512, 16, 2.0, 7, 0)
+
+
+def test_smoke_null_pointer_is_value_error():
+    with pytest.raises(ValueError, match="VA_ERR_NULL_POINTER: x: NULL"):
+        C().scaled_copy(0, 512, 16, 2.0, C().DTYPE_BF16, 0)
+    with pytest.raises(ValueError, match="VA_ERR_NULL_POINTER: y: NULL"):
+        C().scaled_copy(256, 0, 16, 2.0, C().DTYPE_BF16, 0)
+
+
+def test_smoke_negative_length_is_value_error():
+    with pytest.raises(ValueError, match="VA_ERR_INVALID_VALUE: n: must be >= 0"):
+        C().scaled_copy(256, 512, -1, 2.0, C().DTYPE_FP16, 0)
+
+
+def test_params_roundtrip_and_defaults():
+    p = C().Params()
+    assert p.abi_version == C().ABI_VERSION
+    assert p.struct_size > 0
+    p.q = 0xDEADBEE0
+    assert p.q == 0xDEADBEE0
+    p.sm_scale = 0.125
+    assert p.sm_scale == 0.125
+
+
+def test_status_names():
+    assert C().status_name(0) == "VA_OK"
+    assert C().status_name(8) == "VA_ERR_NO_DEVICE"
+
+
+def test_scaled_copy_python_validation():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError, match="x: dtype"):
+        verify_attn.scaled_copy(torch.zeros(4), 2.0)
+    with pytest.raises(ValueError, match="x: must be a CUDA tensor"):
+        verify_attn.scaled_copy(torch.zeros(4, dtype=torch.bfloat16), 2.0)
+    with pytest.raises(TypeError, match="x: expected a torch.Tensor"):
+        verify_attn.scaled_copy([1.0], 2.0)

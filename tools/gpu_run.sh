@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# One script for the lent GPU machine (bare: Python 3.12 + torch, no Bazel).
+#
+#   tools/gpu_run.sh stage     # here: build the cp312 wheel, stage it in .gpu_stage/
+#   tools/gpu_run.sh device    # there: install the staged wheel, run the GPU tests,
+#                              # compute-sanitizer on a subset, and the bench
+#
+# The device tool call is then:
+#   run(command="bash tools/gpu_run.sh device", carry=[".gpu_stage"])
+# .gpu_stage/ is git-ignored and stays far under the 64 MiB carry limit.
+# Environment (device): PYTEST_ARGS (extra pytest args), PYTEST_TARGETS
+# (test paths, default python/tests), SKIP_BENCH=1,
+# SKIP_SANITIZER=1. Logs go to $OUT when set.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+STAGE="$ROOT/.gpu_stage"
+mode="${1:-}"
+
+case "$mode" in
+stage)
+  cd "$ROOT"
+  tools/bootstrap.sh
+  bazel build --config=py312 //python:wheel
+  rm -rf "$STAGE" && mkdir -p "$STAGE"
+  cp bazel-bin/python/verify_attn-*-cp312-cp312-linux_x86_64.whl "$STAGE/"
+  chmod u+w "$STAGE"/*.whl
+  du -sh "$STAGE"
+  ls -la "$STAGE"
+  ;;
+device)
+  cd "$ROOT"
+  LOG="${OUT:-/tmp}"
+  PY="${PYTHON:-python3}"
+  SITE=/tmp/verify_attn_site
+  rm -rf "$SITE"
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$STAGE"/verify_attn-*.whl
+  export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+  export PYTHONUNBUFFERED=1
+  export VERIFY_ATTN_WHEEL="$(ls "$STAGE"/verify_attn-*.whl)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee "$LOG/gpu.txt"
+  (cd /tmp && "$PY" -c "import verify_attn, torch; print(verify_attn.__file__, verify_attn.runtime_info(), torch.__version__)")
+  status=0
+  # Every test file: CPU tests run too (the no-device one skips itself).
+  (cd /tmp && "$PY" -m pytest -q -rs -p no:cacheprovider ${PYTEST_ARGS:-} ${PYTEST_TARGETS:-"$ROOT/python/tests"} \
+      2>&1 | tee "$LOG/pytest.log") || status=1
+  if [[ "${SKIP_SANITIZER:-0}" != 1 && -f "$ROOT/tools/sanitize_cases.py" ]]; then
+    for tool in memcheck racecheck initcheck; do
+      (cd /tmp && compute-sanitizer --tool "$tool" --error-exitcode 3 \
+          "$PY" "$ROOT/tools/sanitize_cases.py" 2>&1 | tail -n 5 | tee "$LOG/sanitizer_$tool.log") || status=1
+    done
+  fi
+  if [[ "${SKIP_BENCH:-0}" != 1 && -f "$ROOT/tools/bench.py" ]]; then
+    (cd /tmp && "$PY" "$ROOT/tools/bench.py" ${BENCH_ARGS:-} 2>&1 | tee "$LOG/bench.log") || status=1
+  fi
+  exit $status
+  ;;
+*)
+  echo "usage: $0 stage|device" >&2
+  exit 2
+  ;;
+esac
