@@ -1,0 +1,366 @@
+// The verify-attention kernel, one template for both KV layouts (the Loader
+// decides how KV row j of a request is addressed), and the split-K merge
+// kernel.
+//
+// Grid: x = request * Hkv + kv head, y = row tile, z = KV split.
+// A CTA owns M folded query rows of one (request, kv head): row r of the
+// request's R = q_len * group rows is token r / group, query head
+// hk * group + r % group (MLA: Hkv = 1, group = Hq, all heads). Every KV tile
+// is loaded once into shared memory and used by all M rows.
+//
+// Per KV tile (warp (wm, wn) of WARPS_M x WARPS_N, see plan.h TileShape):
+//   S   = Q[16 wm.., :] K[tile cols of wn, :]^T   (mma.sync, fp32)
+//   mask only if the tile reaches past the prefix (core/mask.cuh)
+//   row max over the whole tile via shared memory when WARPS_N > 1
+//   P   = exp2(S - m) -> shared memory (DT), online softmax (core/softmax.cuh)
+//   O  += P[16 wm.., :] V[:, value cols of wn]
+// Split s takes the contiguous KV tiles [s T / S, (s+1) T / S) of the row
+// tile's T tiles; with S > 1 the normalized partial O and its natural-log lse
+// go to the workspace and merge_kernel combines them (core/merge.cuh).
+#ifndef VERIFY_ATTN_ATTENTION_KERNEL_CUH_
+#define VERIFY_ATTN_ATTENTION_KERNEL_CUH_
+
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/core/mask.cuh"
+#include "kernels/core/merge.cuh"
+#include "kernels/core/mma.cuh"
+#include "kernels/core/softmax.cuh"
+#include "kernels/core/types.cuh"
+#include "kernels/launch.h"
+#include "kernels/loaders/tile_copy.cuh"
+#include "kernels/plan.h"
+
+namespace verify_attn {
+
+// A request whose kv_len < q_len has no defined prefix: its rows become NaN.
+template <class Shape, typename DT>
+__device__ void write_nan_rows(const KernelParams& p, int q_start, int R, int row0, int hk,
+                               int split) {
+  constexpr int M = Shape::kM, DV = Shape::kDv;
+  const int G = p.group;
+  for (int idx = threadIdx.x; idx < M * DV; idx += Shape::kThreads) {
+    const int r = idx / DV, c = idx % DV;
+    const int gr = row0 + r;
+    if (gr >= R) continue;
+    const int64_t token = q_start + gr / G;
+    const int h = hk * G + gr % G;
+    if (p.num_splits > 1) {
+      if (c == 0) p.ws_lse[split * p.ws_rows + token * p.num_qo_heads + h] = NAN;
+    } else {
+      DT* o = static_cast<DT*>(p.out) + token * p.out_stride_token + h * p.out_stride_head;
+      o[c] = DTypeTraits<DT>::from_float(NAN);
+      if (c == 0 && p.lse != nullptr)
+        p.lse[token * p.lse_stride_token + h * p.lse_stride_head] = NAN;
+    }
+  }
+}
+
+template <class Shape, typename DT, class Loader>
+__global__ void __launch_bounds__(Shape::kThreads, 1) attention_kernel(const KernelParams p) {
+  constexpr int M = Shape::kM, N = Shape::kN;
+  constexpr int WN = Shape::kWarpsN;
+  constexpr int DQK = Shape::kDqk, DV = Shape::kDv;
+  constexpr int QS = Shape::kQStride, KS = Shape::kKStride, VS = Shape::kVStride;
+  constexpr int PS = Shape::kPStride;
+  constexpr int NW = N / WN;     // score columns per warp
+  constexpr int NT_S = NW / 8;   // n8 score tiles per warp
+  constexpr int DVW = DV / WN;   // value columns per warp
+  constexpr int NT_O = DVW / 8;  // n8 output tiles per warp
+  constexpr int kThreads = Shape::kThreads;
+  static_assert(NT_O % 2 == 0 && DQK % 32 == 0 && N % 16 == 0, "tile shape");
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  DT* sQ = reinterpret_cast<DT*>(smem);
+  DT* sK = reinterpret_cast<DT*>(smem + Shape::kQBytes);
+  DT* sV = Shape::kVIsK ? sK : reinterpret_cast<DT*>(smem + Shape::kQBytes + Shape::kKBytes);
+  DT* sP = reinterpret_cast<DT*>(smem + Shape::kQBytes + Shape::kKBytes + Shape::kVBytes);
+  float* red_max = reinterpret_cast<float*>(smem + Shape::kQBytes + Shape::kKBytes +
+                                            Shape::kVBytes + Shape::kPBytes);  // [WN][M]
+  float* red_sum = red_max + WN * M;                                           // [WN][M]
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int wm = warp / WN, wn = warp % WN;
+  const int g = lane >> 2, t4 = lane & 3;
+
+  const int req = blockIdx.x / p.num_kv_heads;
+  const int hk = blockIdx.x % p.num_kv_heads;
+  const int split = blockIdx.z;
+  const bool first_cta = hk == 0 && blockIdx.y == 0 && split == 0 && tid == 0;
+
+  // ---- request bounds (device data: never trusted) ----
+  const int q_start = __ldg(p.qo_indptr + req);
+  const int q_end = __ldg(p.qo_indptr + req + 1);
+  if (q_start < 0 || q_end < q_start || q_end > p.total_q) {
+    if (first_cta && p.error_word != nullptr) atomicOr(p.error_word, kErrQoIndptr);
+    return;
+  }
+  const int q_len = q_end - q_start;
+  const int G = p.group;
+  const int R = q_len * G;
+  if (first_cta && p.error_word != nullptr && R > static_cast<int>(gridDim.y) * M)
+    atomicOr(p.error_word, kErrQoIndptr);  // q_len > max_q_len: rows left unwritten
+  const int row0 = blockIdx.y * M;
+  if (row0 >= R) return;
+
+  const Loader loader(p, req, hk);
+  const int kv_len = loader.kv_len();
+  const int prefix = kv_len - q_len;
+  if (prefix < 0) {
+    if (first_cta && p.error_word != nullptr) atomicOr(p.error_word, kErrKvShort);
+    write_nan_rows<Shape, DT>(p, q_start, R, row0, hk, split);
+    return;
+  }
+
+  // ---- KV range of this split ----
+  // CAUSAL: no row of the tile sees draft columns past its last token.
+  const int t_last = (min(row0 + M, R) - 1) / G;
+  const int kv_end = p.causal ? min(kv_len, prefix + t_last + 1) : kv_len;
+  const int num_tiles = (kv_end + N - 1) / N;
+  const int tile_begin = static_cast<int>(static_cast<int64_t>(split) * num_tiles / p.num_splits);
+  const int tile_end =
+      static_cast<int>(static_cast<int64_t>(split + 1) * num_tiles / p.num_splits);
+
+  const DT* gq = static_cast<const DT*>(p.q);
+  const DT* gk = static_cast<const DT*>(p.k);
+  const DT* gv = static_cast<const DT*>(p.v);
+
+  // ---- Q tile (rows past the request are zero) ----
+  copy_rows_async<M, kThreads, DQK, QS, 0, 0, false>(
+      sQ, sQ, gq, gq,
+      [&](int r, int64_t* off, int64_t*) {
+        const int gr = row0 + r;
+        if (gr >= R) return false;
+        const int64_t token = q_start + gr / G;
+        *off = token * p.q_stride_token + static_cast<int64_t>(hk * G + gr % G) * p.q_stride_head;
+        return true;
+      },
+      tid);
+  cp_async_commit();
+
+  auto load_kv = [&](int tile, int buf) {
+    const int j0 = tile * N;
+    copy_rows_async<N, kThreads, DQK, KS, DV, VS, !Shape::kVIsK>(
+        sK + buf * N * KS, sV + buf * N * VS, gk, gv,
+        [&](int r, int64_t* k_off, int64_t* v_off) {
+          const int j = j0 + r;
+          if (j >= kv_len) return false;  // zero rows: masked, and 0 * V stays finite
+          return loader.row(j, k_off, v_off);
+        },
+        tid);
+  };
+  if constexpr (Shape::kStages == 2) {
+    if (tile_begin < tile_end) load_kv(tile_begin, 0);
+    cp_async_commit();
+  }
+
+  // ---- per-thread rows: g and g + 8 of the warp's 16-row slice ----
+  const RequestMask rmask{kv_len, prefix, p.mask_words, p.causal != 0};
+  RowMask rows[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int gr = row0 + wm * 16 + g + 8 * i;
+    rows[i].valid = gr < R;
+    rows[i].t = rows[i].valid ? gr / G : 0;
+    rows[i].words = (!p.causal && rows[i].valid)
+                        ? p.tree_mask + static_cast<int64_t>(q_start + rows[i].t) * p.mask_words
+                        : nullptr;
+  }
+
+  OnlineSoftmaxRow sm[2];
+  sm[0].init();
+  sm[1].init();
+  float o[NT_O][4];
+#pragma unroll
+  for (int j = 0; j < NT_O; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+
+  // ldmatrix lane addresses (see core/mma.cuh for the fragment layouts)
+  const DT* q_frag = sQ + (wm * 16 + (lane & 15)) * QS + (lane >> 4) * 8;
+  const DT* p_frag = sP + (wm * 16 + (lane & 15)) * PS + (lane >> 4) * 8;
+  const int k_frag_off = (wn * NW + (lane & 7)) * KS + (lane >> 3) * 8;
+  const int v_frag_off = ((lane & 7) + ((lane >> 3) & 1) * 8) * VS + wn * DVW + (lane >> 4) * 8;
+  DT* p_store = sP + (wm * 16 + g) * PS + wn * NW + 2 * t4;
+
+  for (int it = tile_begin; it < tile_end; ++it) {
+    const int buf = Shape::kStages == 1 ? 0 : ((it - tile_begin) & 1);
+    if constexpr (Shape::kStages == 1) {
+      __syncthreads();  // every warp is done with the previous tile's K/V and P
+      load_kv(it, 0);
+      cp_async_commit();
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // [A] tile `it` (and Q) visible; tile it-1 fully consumed
+    if constexpr (Shape::kStages == 2) {
+      if (it + 1 < tile_end) load_kv(it + 1, buf ^ 1);
+      cp_async_commit();
+    }
+
+    // ---- S = Q K^T, two k16 steps per iteration ----
+    float s[NT_S][4];
+#pragma unroll
+    for (int j = 0; j < NT_S; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+    const DT* k_frag = sK + buf * N * KS + k_frag_off;
+#pragma unroll
+    for (int kk = 0; kk < DQK / 32; ++kk) {
+      uint32_t a0[4], a1[4];
+      ldmatrix_x4(a0, q_frag + kk * 32);
+      ldmatrix_x4(a1, q_frag + kk * 32 + 16);
+#pragma unroll
+      for (int j = 0; j < NT_S; ++j) {
+        uint32_t b[4];
+        ldmatrix_x4(b, k_frag + j * 8 * KS + kk * 32);
+        mma_m16n8k16<DT>(s[j], a0, b[0], b[1]);
+        mma_m16n8k16<DT>(s[j], a1, b[2], b[3]);
+      }
+    }
+
+    // ---- scale, mask (draft / boundary tiles only), row max ----
+    const int j0 = it * N;
+    float mx[2] = {-INFINITY, -INFINITY};
+    if (rmask.tile_needs_mask(j0, N)) {
+#pragma unroll
+      for (int j = 0; j < NT_S; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int col = j0 + wn * NW + j * 8 + 2 * t4 + (e & 1);
+          float x = s[j][e] * p.scale_log2;
+          if (!rmask.visible(rows[e >> 1], col)) x = -INFINITY;
+          s[j][e] = x;
+          mx[e >> 1] = fmaxf(mx[e >> 1], x);
+        }
+    } else {
+#pragma unroll
+      for (int j = 0; j < NT_S; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[j][e] *= p.scale_log2;
+          mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
+        }
+    }
+    mx[0] = quad_max(mx[0]);
+    mx[1] = quad_max(mx[1]);
+    if constexpr (WN > 1) {
+      if (t4 == 0) {
+        red_max[wn * M + wm * 16 + g] = mx[0];
+        red_max[wn * M + wm * 16 + g + 8] = mx[1];
+      }
+      __syncthreads();  // [B]
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float m = red_max[wm * 16 + g + 8 * i];
+#pragma unroll
+        for (int w = 1; w < WN; ++w) m = fmaxf(m, red_max[w * M + wm * 16 + g + 8 * i]);
+        mx[i] = m;
+      }
+    }
+
+    // ---- online softmax, P -> shared memory ----
+    float base[2], alpha[2];
+    alpha[0] = sm[0].update(mx[0], &base[0]);
+    alpha[1] = sm[1].update(mx[1], &base[1]);
+#pragma unroll
+    for (int j = 0; j < NT_S; ++j) {
+      const float p0 = fast_exp2(s[j][0] - base[0]);
+      const float p1 = fast_exp2(s[j][1] - base[0]);
+      const float p2 = fast_exp2(s[j][2] - base[1]);
+      const float p3 = fast_exp2(s[j][3] - base[1]);
+      sm[0].l += p0 + p1;
+      sm[1].l += p2 + p3;
+      *reinterpret_cast<uint32_t*>(p_store + j * 8) = DTypeTraits<DT>::pack(p0, p1);
+      *reinterpret_cast<uint32_t*>(p_store + 8 * PS + j * 8) = DTypeTraits<DT>::pack(p2, p3);
+    }
+#pragma unroll
+    for (int j = 0; j < NT_O; ++j) {
+      o[j][0] *= alpha[0];
+      o[j][1] *= alpha[0];
+      o[j][2] *= alpha[1];
+      o[j][3] *= alpha[1];
+    }
+    if constexpr (WN > 1) {
+      __syncthreads();  // [C] full P rows written by the WN warps of each row slice
+    } else {
+      __syncwarp();  // a warp reads only the P rows it wrote
+    }
+
+    // ---- O += P V ----
+    const DT* v_frag = sV + buf * N * VS + v_frag_off;
+#pragma unroll
+    for (int ks = 0; ks < N / 16; ++ks) {
+      uint32_t a[4];
+      ldmatrix_x4(a, p_frag + ks * 16);
+#pragma unroll
+      for (int jj = 0; jj < NT_O / 2; ++jj) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, v_frag + ks * 16 * VS + jj * 16);
+        mma_m16n8k16<DT>(o[2 * jj], a, b[0], b[1]);
+        mma_m16n8k16<DT>(o[2 * jj + 1], a, b[2], b[3]);
+      }
+    }
+  }
+  cp_async_wait<0>();  // nothing may be in flight when the CTA exits
+
+  // ---- finalize: full row sums, normalize, store ----
+  float l[2] = {quad_sum(sm[0].l), quad_sum(sm[1].l)};
+  if constexpr (WN > 1) {
+    if (t4 == 0) {
+      red_sum[wn * M + wm * 16 + g] = l[0];
+      red_sum[wn * M + wm * 16 + g + 8] = l[1];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float acc = 0.f;
+#pragma unroll
+      for (int w = 0; w < WN; ++w) acc += red_sum[w * M + wm * 16 + g + 8 * i];
+      l[i] = acc;
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int gr = row0 + wm * 16 + g + 8 * i;
+    if (gr >= R) continue;
+    const int64_t token = q_start + gr / G;
+    const int h = hk * G + gr % G;
+    const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
+    const float lse = OnlineSoftmaxRow::lse(sm[i].m, l[i]);
+    if (p.num_splits == 1) {
+      DT* orow = static_cast<DT*>(p.out) + token * p.out_stride_token +
+                 h * p.out_stride_head + wn * DVW + 2 * t4;
+#pragma unroll
+      for (int j = 0; j < NT_O; ++j)
+        *reinterpret_cast<uint32_t*>(orow + j * 8) =
+            DTypeTraits<DT>::pack(o[j][2 * i] * inv, o[j][2 * i + 1] * inv);
+      if (p.lse != nullptr && wn == 0 && t4 == 0)
+        p.lse[token * p.lse_stride_token + h * p.lse_stride_head] = lse;
+    } else {
+      const int64_t wrow = split * p.ws_rows + token * p.num_qo_heads + h;
+      float* orow = p.ws_o + wrow * DV + wn * DVW + 2 * t4;
+#pragma unroll
+      for (int j = 0; j < NT_O; ++j)
+        *reinterpret_cast<float2*>(orow + j * 8) =
+            make_float2(o[j][2 * i] * inv, o[j][2 * i + 1] * inv);
+      if (wn == 0 && t4 == 0) p.ws_lse[wrow] = lse;
+    }
+  }
+}
+
+// One warp per output row (token * Hq + head); 4 rows per 128-thread block.
+template <typename DT, int DV>
+__global__ void __launch_bounds__(128) merge_kernel(const KernelParams p) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * 4 + (threadIdx.x >> 5);
+  if (row >= p.ws_rows) return;
+  const int64_t token = row / p.num_qo_heads;
+  const int h = static_cast<int>(row % p.num_qo_heads);
+  DT* out = static_cast<DT*>(p.out) + token * p.out_stride_token + h * p.out_stride_head;
+  float* lse = p.lse != nullptr ? p.lse + token * p.lse_stride_token + h * p.lse_stride_head
+                                : nullptr;
+  merge_row<DT, DV>(p.ws_o, p.ws_lse, row, p.ws_rows, p.num_splits, out, lse,
+                    threadIdx.x & 31);
+}
+
+}  // namespace verify_attn
+
+#endif  // VERIFY_ATTN_ATTENTION_KERNEL_CUH_

@@ -1,0 +1,306 @@
+// C-ABI entry points of the attention op: va_workspace_size, va_query_config,
+// va_attention. Everything checkable without reading device memory is
+// validated here, each failure naming the field first; nothing is launched on
+// bad input. No host synchronization and no allocation (graph-capturable).
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/launch.h"
+#include "kernels/plan.h"
+#include "kernels/status.h"
+#include "kernels/verify_attn.h"
+
+namespace verify_attn {
+namespace {
+
+bool aligned(const void* ptr, uintptr_t a) { return (reinterpret_cast<uintptr_t>(ptr) % a) == 0; }
+
+// Scalar configuration: everything but buffers. Shared by all three calls.
+va_status validate_config(const va_params* p) {
+  if (p == nullptr) return va_fail(VA_ERR_NULL_POINTER, "params: NULL");
+  if (p->struct_size != sizeof(va_params))
+    return va_fail(VA_ERR_VERSION, "struct_size: expected %u (sizeof(va_params)) (got %u)",
+                   static_cast<unsigned>(sizeof(va_params)), p->struct_size);
+  if (p->abi_version != VA_ABI_VERSION)
+    return va_fail(VA_ERR_VERSION, "abi_version: expected %d (got %u)", VA_ABI_VERSION,
+                   p->abi_version);
+  if (p->dtype != VA_DTYPE_FP16 && p->dtype != VA_DTYPE_BF16)
+    return va_fail(VA_ERR_INVALID_DTYPE, "dtype: must be VA_DTYPE_FP16 or VA_DTYPE_BF16 (got %d)",
+                   p->dtype);
+  if (p->kv_layout != VA_KV_FLAT && p->kv_layout != VA_KV_PAGED)
+    return va_fail(VA_ERR_INVALID_VALUE, "kv_layout: must be VA_KV_FLAT or VA_KV_PAGED (got %d)",
+                   p->kv_layout);
+  if (p->mask_mode != VA_MASK_TREE && p->mask_mode != VA_MASK_CAUSAL)
+    return va_fail(VA_ERR_INVALID_VALUE,
+                   "mask_mode: must be VA_MASK_TREE or VA_MASK_CAUSAL (got %d)", p->mask_mode);
+  if (p->batch_size < 0)
+    return va_fail(VA_ERR_INVALID_VALUE, "batch_size: must be >= 0 (got %d)", p->batch_size);
+  if (p->total_q < 0)
+    return va_fail(VA_ERR_INVALID_VALUE, "total_q: must be >= 0 (got %d)", p->total_q);
+  if (p->total_q > 0 && (p->max_q_len < 1 || p->max_q_len > 1024))
+    return va_fail(VA_ERR_INVALID_VALUE, "max_q_len: must be in [1, 1024] (got %d)",
+                   p->max_q_len);
+  if (p->max_kv_len < 0)
+    return va_fail(VA_ERR_INVALID_VALUE, "max_kv_len: must be >= 0 (got %lld)",
+                   static_cast<long long>(p->max_kv_len));
+  if (p->num_qo_heads < 1)
+    return va_fail(VA_ERR_INVALID_VALUE, "num_qo_heads: must be >= 1 (got %d)", p->num_qo_heads);
+  if (p->num_kv_heads < 1)
+    return va_fail(VA_ERR_INVALID_VALUE, "num_kv_heads: must be >= 1 (got %d)", p->num_kv_heads);
+  if (p->v_is_k_prefix != 0 && p->v_is_k_prefix != 1)
+    return va_fail(VA_ERR_INVALID_VALUE, "v_is_k_prefix: must be 0 or 1 (got %d)",
+                   p->v_is_k_prefix);
+  if (p->v_is_k_prefix == 1) {
+    if (p->head_dim_qk != 576 || p->head_dim_vo != 512)
+      return va_fail(VA_ERR_UNSUPPORTED,
+                     "head_dim_qk: MLA (v_is_k_prefix=1) supports head_dim_qk=576, head_dim_vo=512 "
+                     "(got %d, %d)",
+                     p->head_dim_qk, p->head_dim_vo);
+    if (p->num_kv_heads != 1)
+      return va_fail(VA_ERR_UNSUPPORTED, "num_kv_heads: MLA needs num_kv_heads = 1 (got %d)",
+                     p->num_kv_heads);
+    if (p->num_qo_heads > 128)
+      return va_fail(VA_ERR_UNSUPPORTED, "num_qo_heads: MLA supports 1..128 heads (got %d)",
+                     p->num_qo_heads);
+  } else {
+    if (p->head_dim_qk != p->head_dim_vo)
+      return va_fail(VA_ERR_UNSUPPORTED,
+                     "head_dim_vo: must equal head_dim_qk without v_is_k_prefix (got %d vs %d)",
+                     p->head_dim_vo, p->head_dim_qk);
+    if (p->head_dim_qk != 64 && p->head_dim_qk != 128 && p->head_dim_qk != 256)
+      return va_fail(VA_ERR_UNSUPPORTED, "head_dim_qk: must be 64, 128 or 256 (got %d)",
+                     p->head_dim_qk);
+    if (p->num_qo_heads % p->num_kv_heads != 0)
+      return va_fail(VA_ERR_INVALID_VALUE,
+                     "num_qo_heads: must be a multiple of num_kv_heads (got %d, %d)",
+                     p->num_qo_heads, p->num_kv_heads);
+    if (p->num_qo_heads / p->num_kv_heads > 16)
+      return va_fail(VA_ERR_UNSUPPORTED,
+                     "num_qo_heads: group num_qo_heads/num_kv_heads must be <= 16 (got %d)",
+                     p->num_qo_heads / p->num_kv_heads);
+  }
+  if (!std::isfinite(p->sm_scale) || !(p->sm_scale > 0.f))
+    return va_fail(VA_ERR_INVALID_VALUE, "sm_scale: must be finite and > 0 (got %g)",
+                   static_cast<double>(p->sm_scale));
+  if (p->num_splits < 0)
+    return va_fail(VA_ERR_INVALID_VALUE, "num_splits: must be >= 0 (got %d)", p->num_splits);
+  if (p->kv_layout == VA_KV_PAGED) {
+    if (p->page_size < 1)
+      return va_fail(VA_ERR_INVALID_VALUE, "page_size: must be >= 1 (got %d)", p->page_size);
+    if (p->num_pages < 1)
+      return va_fail(VA_ERR_INVALID_VALUE, "num_pages: must be >= 1 (got %lld)",
+                     static_cast<long long>(p->num_pages));
+  } else if (p->num_kv_rows < 0) {
+    return va_fail(VA_ERR_INVALID_VALUE, "num_kv_rows: must be >= 0 (got %lld)",
+                   static_cast<long long>(p->num_kv_rows));
+  }
+  if (p->mask_mode == VA_MASK_TREE && p->total_q > 0) {
+    const int need = (p->max_q_len + 31) / 32;
+    if (p->mask_words < need)
+      return va_fail(VA_ERR_INVALID_VALUE,
+                     "mask_words: must be >= ceil(max_q_len / 32) = %d (got %d)", need,
+                     p->mask_words);
+  }
+  return VA_OK;
+}
+
+va_status check_ptr16(const void* ptr, const char* name) {
+  if (ptr == nullptr) return va_fail(VA_ERR_NULL_POINTER, "%s: NULL", name);
+  if (!aligned(ptr, 16))
+    return va_fail(VA_ERR_INVALID_STRIDE, "%s: must be 16-byte aligned (got %p)", name, ptr);
+  return VA_OK;
+}
+
+va_status check_ptr4(const void* ptr, const char* name) {
+  if (ptr == nullptr) return va_fail(VA_ERR_NULL_POINTER, "%s: NULL", name);
+  if (!aligned(ptr, 4))
+    return va_fail(VA_ERR_INVALID_STRIDE, "%s: must be 4-byte aligned (got %p)", name, ptr);
+  return VA_OK;
+}
+
+// Element stride of a 16-bit tensor: >= 0 and a multiple of 8 (16-byte rows).
+va_status check_stride(int64_t s, const char* name) {
+  if (s < 0 || s % 8 != 0)
+    return va_fail(VA_ERR_INVALID_STRIDE,
+                   "%s: must be >= 0 and a multiple of 8 elements (16 bytes) (got %lld)", name,
+                   static_cast<long long>(s));
+  return VA_OK;
+}
+
+#define VA_RETURN_IF(expr)          \
+  do {                              \
+    const va_status st_ = (expr);   \
+    if (st_ != VA_OK) return st_;   \
+  } while (0)
+
+// Buffers and strides (only when there is work to do).
+va_status validate_buffers(const va_params* p) {
+  const bool mla = p->v_is_k_prefix == 1;
+  const bool paged = p->kv_layout == VA_KV_PAGED;
+  VA_RETURN_IF(check_ptr16(p->q, "q"));
+  VA_RETURN_IF(check_ptr16(p->k, "k"));
+  if (mla) {
+    if (p->v != nullptr && p->v != p->k)
+      return va_fail(VA_ERR_INVALID_VALUE,
+                     "v: must be NULL or equal to k when v_is_k_prefix = 1 (got %p, k = %p)", p->v,
+                     p->k);
+  } else {
+    VA_RETURN_IF(check_ptr16(p->v, "v"));
+  }
+  VA_RETURN_IF(check_ptr16(p->out, "out"));
+  VA_RETURN_IF(check_ptr4(p->qo_indptr, "qo_indptr"));
+  VA_RETURN_IF(check_ptr4(p->kv_indptr, "kv_indptr"));
+  if (paged) {
+    VA_RETURN_IF(check_ptr4(p->kv_indices, "kv_indices"));
+    VA_RETURN_IF(check_ptr4(p->kv_len, "kv_len"));
+  }
+  if (p->mask_mode == VA_MASK_TREE) VA_RETURN_IF(check_ptr4(p->tree_mask, "tree_mask"));
+  if (p->lse != nullptr && !aligned(p->lse, 4))
+    return va_fail(VA_ERR_INVALID_STRIDE, "lse: must be 4-byte aligned (got %p)",
+                   static_cast<void*>(p->lse));
+  if (p->error_word != nullptr && !aligned(p->error_word, 4))
+    return va_fail(VA_ERR_INVALID_STRIDE, "error_word: must be 4-byte aligned (got %p)",
+                   static_cast<void*>(p->error_word));
+
+  VA_RETURN_IF(check_stride(p->q_stride_token, "q_stride_token"));
+  VA_RETURN_IF(check_stride(p->q_stride_head, "q_stride_head"));
+  VA_RETURN_IF(check_stride(p->k_stride_token, "k_stride_token"));
+  VA_RETURN_IF(check_stride(p->k_stride_head, "k_stride_head"));
+  if (paged) VA_RETURN_IF(check_stride(p->k_stride_page, "k_stride_page"));
+  if (!mla) {
+    VA_RETURN_IF(check_stride(p->v_stride_token, "v_stride_token"));
+    VA_RETURN_IF(check_stride(p->v_stride_head, "v_stride_head"));
+    if (paged) VA_RETURN_IF(check_stride(p->v_stride_page, "v_stride_page"));
+  }
+  VA_RETURN_IF(check_stride(p->out_stride_token, "out_stride_token"));
+  VA_RETURN_IF(check_stride(p->out_stride_head, "out_stride_head"));
+  if (p->lse != nullptr) {
+    if (p->lse_stride_token < 0)
+      return va_fail(VA_ERR_INVALID_STRIDE, "lse_stride_token: must be >= 0 (got %lld)",
+                     static_cast<long long>(p->lse_stride_token));
+    if (p->lse_stride_head < 0)
+      return va_fail(VA_ERR_INVALID_STRIDE, "lse_stride_head: must be >= 0 (got %lld)",
+                     static_cast<long long>(p->lse_stride_head));
+  }
+  return VA_OK;
+}
+
+bool is_empty(const va_params* p) { return p->batch_size == 0 || p->total_q == 0; }
+
+va_status plan_for(const va_params* p, Plan* plan) {
+  DeviceInfo dev;
+  VA_RETURN_IF(query_device(&dev));
+  return make_plan(*p, dev, plan);
+}
+
+KernelParams make_kernel_params(const va_params* p, const Plan& plan) {
+  const bool mla = p->v_is_k_prefix == 1;
+  KernelParams kp;
+  std::memset(&kp, 0, sizeof(kp));
+  kp.q = p->q;
+  kp.q_stride_token = p->q_stride_token;
+  kp.q_stride_head = p->q_stride_head;
+  kp.k = p->k;
+  kp.k_stride_page = p->k_stride_page;
+  kp.k_stride_token = p->k_stride_token;
+  kp.k_stride_head = p->k_stride_head;
+  kp.v = mla ? p->k : p->v;
+  kp.v_stride_page = mla ? p->k_stride_page : p->v_stride_page;
+  kp.v_stride_token = mla ? p->k_stride_token : p->v_stride_token;
+  kp.v_stride_head = mla ? p->k_stride_head : p->v_stride_head;
+  kp.out = p->out;
+  kp.out_stride_token = p->out_stride_token;
+  kp.out_stride_head = p->out_stride_head;
+  kp.lse = p->lse;
+  kp.lse_stride_token = p->lse_stride_token;
+  kp.lse_stride_head = p->lse_stride_head;
+  kp.qo_indptr = p->qo_indptr;
+  kp.kv_indptr = p->kv_indptr;
+  kp.kv_indices = p->kv_indices;
+  kp.kv_len = p->kv_len;
+  kp.page_size = p->page_size;
+  kp.num_pages = p->num_pages;
+  kp.num_kv_rows = p->num_kv_rows;
+  kp.tree_mask = p->mask_mode == VA_MASK_TREE ? p->tree_mask : nullptr;
+  kp.mask_words = p->mask_mode == VA_MASK_TREE ? p->mask_words : 0;
+  kp.causal = p->mask_mode == VA_MASK_CAUSAL ? 1 : 0;
+  kp.batch_size = p->batch_size;
+  kp.total_q = p->total_q;
+  kp.num_qo_heads = p->num_qo_heads;
+  kp.num_kv_heads = p->num_kv_heads;
+  kp.group = plan.group;
+  kp.scale_log2 = static_cast<float>(static_cast<double>(p->sm_scale) * 1.4426950408889634);
+  kp.num_splits = plan.splits;
+  kp.ws_rows = plan.ws_rows;
+  if (plan.splits > 1) {
+    kp.ws_o = static_cast<float*>(p->workspace);
+    kp.ws_lse = reinterpret_cast<float*>(static_cast<char*>(p->workspace) + plan.ws_o_bytes);
+  }
+  kp.error_word = p->error_word;
+  return kp;
+}
+
+}  // namespace
+}  // namespace verify_attn
+
+using namespace verify_attn;
+
+extern "C" va_status va_workspace_size(const va_params* p, size_t* bytes) {
+  if (bytes == nullptr) return va_fail(VA_ERR_NULL_POINTER, "bytes: NULL");
+  *bytes = 0;
+  VA_RETURN_IF(validate_config(p));
+  if (is_empty(p)) return va_ok();
+  Plan plan;
+  VA_RETURN_IF(plan_for(p, &plan));
+  *bytes = plan.workspace_bytes;
+  return va_ok();
+}
+
+extern "C" va_status va_query_config(const va_params* p, va_config_info* info) {
+  if (info == nullptr) return va_fail(VA_ERR_NULL_POINTER, "info: NULL");
+  std::memset(info, 0, sizeof(*info));
+  VA_RETURN_IF(validate_config(p));
+  // Even an empty call reports the configuration it would use for its shape.
+  va_params shape = *p;
+  if (shape.max_q_len < 1) shape.max_q_len = 1;
+  Plan plan;
+  VA_RETURN_IF(plan_for(&shape, &plan));
+  const ConfigDesc& d = config_desc(plan.config);
+  std::snprintf(info->name, sizeof(info->name), "%s", plan.name);
+  info->tile_m = d.m;
+  info->tile_n = d.n;
+  info->num_warps = d.warps;
+  info->num_stages = d.stages;
+  info->num_splits = is_empty(p) ? 1 : plan.splits;
+  info->smem_bytes = d.smem_bytes;
+  info->sm_arch = plan.dev.sm_arch;
+  return va_ok();
+}
+
+extern "C" va_status va_attention(const va_params* p) {
+  VA_RETURN_IF(validate_config(p));
+  if (is_empty(p)) return va_ok();
+  VA_RETURN_IF(validate_buffers(p));
+  Plan plan;
+  VA_RETURN_IF(plan_for(p, &plan));
+  if (plan.splits > 1) {
+    if (p->workspace == nullptr)
+      return va_fail(VA_ERR_WORKSPACE, "workspace: NULL but %zu bytes are needed (%d splits)",
+                     plan.workspace_bytes, plan.splits);
+    if (!aligned(p->workspace, 16))
+      return va_fail(VA_ERR_WORKSPACE, "workspace: must be 16-byte aligned (got %p)",
+                     p->workspace);
+    if (p->workspace_bytes < plan.workspace_bytes)
+      return va_fail(VA_ERR_WORKSPACE, "workspace_bytes: %zu needed (got %zu)",
+                     plan.workspace_bytes, p->workspace_bytes);
+  }
+  const KernelParams kp = make_kernel_params(p, plan);
+  const va_status st = p->kv_layout == VA_KV_PAGED ? launch_paged(kp, plan, p->dtype, p->stream)
+                                                   : launch_flat(kp, plan, p->dtype, p->stream);
+  if (st != VA_OK) return st;
+  return va_ok();
+}

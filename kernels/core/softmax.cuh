@@ -1,0 +1,72 @@
+// Online softmax state (FlashAttention-2, Dao 2023, Algorithm 1) for the two
+// fragment rows a thread owns (rows g and g+8 of its warp's 16-row slice).
+//
+// Logits are kept in base 2: s2 = sm_scale * log2(e) * (q . k), so
+// exp(sm_scale * x - m) == exp2(s2 - m2). The returned lse is converted back
+// to the natural log: lse = ln(2) * (m2 + log2(l)).
+//
+// Guard for fully masked rows: while a row has seen nothing its running max is
+// -inf; the exponent base is then taken as 0 instead of -inf, so that
+// exp2(-inf - 0) = 0 and never exp2(-inf - -inf) = NaN.
+#ifndef VERIFY_ATTN_CORE_SOFTMAX_CUH_
+#define VERIFY_ATTN_CORE_SOFTMAX_CUH_
+
+#include <math.h>
+
+namespace verify_attn {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Max over the 4 lanes of a quad (the lanes sharing fragment row g).
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+  return x;
+}
+
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  x += __shfl_xor_sync(0xffffffffu, x, 2);
+  return x;
+}
+
+struct OnlineSoftmaxRow {
+  float m;  // running max of base-2 logits (-inf while nothing seen)
+  float l;  // THIS thread's partial sum of exp2(s2 - m) over its own columns;
+            // rows' full sums are reduced once at the end (sum is linear and
+            // every partial is rescaled by the same factors).
+
+  __device__ __forceinline__ void init() {
+    m = -INFINITY;
+    l = 0.f;
+  }
+
+  // Folds in a tile whose row max (over the whole tile, all warps) is
+  // tile_max. Returns the factor the accumulators must be multiplied by, and
+  // sets *base to the exponent base for this tile's probabilities.
+  __device__ __forceinline__ float update(float tile_max, float* base) {
+    const float m_new = fmaxf(m, tile_max);
+    const float b = (m_new == -INFINITY) ? 0.f : m_new;
+    const float alpha = fast_exp2(m - b);  // m == -inf -> 0
+    m = m_new;
+    l *= alpha;
+    *base = b;
+    return alpha;
+  }
+
+  // Natural-log lse of the row given its full (reduced) sum; -inf if empty.
+  static __device__ __forceinline__ float lse(float m2, float l_total) {
+    return l_total > 0.f ? kLn2 * (m2 + log2f(l_total)) : -INFINITY;
+  }
+};
+
+}  // namespace verify_attn
+
+#endif  // VERIFY_ATTN_CORE_SOFTMAX_CUH_

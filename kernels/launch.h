@@ -1,0 +1,74 @@
+// Internal interface between the C-ABI (capi_attention.cc, host C++) and the
+// CUDA translation units (flat.cu, paged.cu, merge.cu). No CUDA headers here.
+#ifndef VERIFY_ATTN_LAUNCH_H_
+#define VERIFY_ATTN_LAUNCH_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/plan.h"
+#include "kernels/verify_attn.h"
+
+namespace verify_attn {
+
+// Bits OR-ed into *error_word by the kernels (device data found invalid).
+enum ErrorBits : int32_t {
+  kErrKvIndex = 1,     // paged page id outside [0, num_pages), page slot past
+                       // kv_indptr[i+1], or flat row outside [0, num_kv_rows):
+                       // the row was zero-filled instead of read
+  kErrKvShort = 2,     // kv_len < q_len: that request's outputs are NaN
+  kErrQoIndptr = 4,    // qo_indptr not within [0, total_q] / decreasing, or a
+                       // request has more rows than max_q_len: rows skipped
+};
+
+// Everything a kernel needs, by value (kernel parameter). Strides in elements.
+struct KernelParams {
+  const void* q;
+  int64_t q_stride_token, q_stride_head;
+  const void* k;
+  int64_t k_stride_page, k_stride_token, k_stride_head;
+  const void* v;  // == k for MLA
+  int64_t v_stride_page, v_stride_token, v_stride_head;
+  void* out;
+  int64_t out_stride_token, out_stride_head;
+  float* lse;  // may be null
+  int64_t lse_stride_token, lse_stride_head;
+
+  const int32_t* qo_indptr;
+  const int32_t* kv_indptr;
+  const int32_t* kv_indices;
+  const int32_t* kv_len;
+  int32_t page_size;
+  int64_t num_pages;
+  int64_t num_kv_rows;
+
+  const uint32_t* tree_mask;
+  int32_t mask_words;
+  int32_t causal;
+
+  int32_t batch_size;
+  int32_t total_q;
+  int32_t num_qo_heads;
+  int32_t num_kv_heads;
+  int32_t group;       // num_qo_heads / num_kv_heads
+  float scale_log2;    // sm_scale * log2(e)
+
+  int32_t num_splits;
+  float* ws_o;         // [splits][total_q * Hq][Dv] fp32 (splits > 1)
+  float* ws_lse;       // [splits][total_q * Hq] fp32
+  int64_t ws_rows;     // total_q * Hq
+
+  int32_t* error_word;  // may be null
+};
+
+// Launch the attention kernel of plan.config on `stream` (+ the merge when
+// plan.splits > 1). dtype is va_dtype. Returns VA_OK or a va_fail status.
+va_status launch_flat(const KernelParams& kp, const Plan& plan, int dtype, void* stream);
+va_status launch_paged(const KernelParams& kp, const Plan& plan, int dtype, void* stream);
+// Merge the split partials of kp.ws_* into kp.out / kp.lse (merge.cu).
+va_status launch_merge(const KernelParams& kp, const Plan& plan, int dtype, int head_dim_vo,
+                       void* stream);
+
+}  // namespace verify_attn
+
+#endif  // VERIFY_ATTN_LAUNCH_H_

@@ -1,0 +1,89 @@
+// Host-side launch of attention_kernel for one Loader: dispatch plan.config x
+// dtype to a template instance, set its shared-memory attribute once per
+// device, launch on the caller's stream, then the merge when split.
+// Included by flat.cu and paged.cu only (each instantiates its own Loader).
+#ifndef VERIFY_ATTN_LAUNCH_ATTENTION_CUH_
+#define VERIFY_ATTN_LAUNCH_ATTENTION_CUH_
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "kernels/attention_kernel.cuh"
+#include "kernels/launch.h"
+#include "kernels/plan.h"
+#include "kernels/status.h"
+
+namespace verify_attn {
+
+// Once per (kernel, device): check that an image for this device exists and
+// raise the dynamic shared-memory limit when above the 48 KB default.
+template <class Shape, typename DT, class Loader>
+va_status prepare_kernel(int device, int sm_arch) {
+  static std::atomic<uint64_t> ready{0};
+  const uint64_t bit = device < 64 ? (uint64_t{1} << device) : 0;
+  if (bit != 0 && (ready.load(std::memory_order_acquire) & bit)) return VA_OK;
+  auto kernel = attention_kernel<Shape, DT, Loader>;
+  cudaFuncAttributes attr;
+  cudaError_t e = cudaFuncGetAttributes(&attr, kernel);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    if (e == cudaErrorInvalidDeviceFunction || e == cudaErrorNoKernelImageForDevice)
+      return va_fail(VA_ERR_UNSUPPORTED,
+                     "device: this library has no kernel image for sm_%d (%s)", sm_arch,
+                     cudaGetErrorName(e));
+    return va_check_cuda(e, "cudaFuncGetAttributes(attention_kernel)");
+  }
+  if (Shape::kSmemBytes > 48 * 1024) {
+    va_status st = va_check_cuda(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             Shape::kSmemBytes),
+        "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+    if (st != VA_OK) return st;
+  }
+  if (bit != 0) ready.fetch_or(bit, std::memory_order_acq_rel);
+  return VA_OK;
+}
+
+template <class Shape, typename DT, class Loader>
+va_status launch_one(const KernelParams& kp, const Plan& plan, int dtype, void* stream) {
+  va_status st = prepare_kernel<Shape, DT, Loader>(plan.dev.device, plan.dev.sm_arch);
+  if (st != VA_OK) return st;
+  const dim3 grid(static_cast<unsigned>(kp.batch_size * kp.num_kv_heads),
+                  static_cast<unsigned>(plan.row_tiles), static_cast<unsigned>(plan.splits));
+  cudaGetLastError();  // drop a stale, non-sticky error so the check below is ours
+  attention_kernel<Shape, DT, Loader>
+      <<<grid, Shape::kThreads, Shape::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(kp);
+  st = va_check_cuda(cudaGetLastError(), "attention_kernel launch");
+  if (st != VA_OK) return st;
+  if (plan.splits > 1) return launch_merge(kp, plan, dtype, Shape::kDv, stream);
+  return VA_OK;
+}
+
+template <int ID, class Loader>
+va_status launch_config(const KernelParams& kp, const Plan& plan, int dtype, void* stream) {
+  using Shape = typename ConfigShape<ID>::type;
+  if (dtype == VA_DTYPE_BF16) return launch_one<Shape, __nv_bfloat16, Loader>(kp, plan, dtype, stream);
+  return launch_one<Shape, half, Loader>(kp, plan, dtype, stream);
+}
+
+template <class Loader>
+va_status launch_attention(const KernelParams& kp, const Plan& plan, int dtype, void* stream) {
+  switch (plan.config) {
+    case kCfgMlaM64N32S2: return launch_config<kCfgMlaM64N32S2, Loader>(kp, plan, dtype, stream);
+    case kCfgMlaM32N32S2: return launch_config<kCfgMlaM32N32S2, Loader>(kp, plan, dtype, stream);
+    case kCfgMlaM32N32S1: return launch_config<kCfgMlaM32N32S1, Loader>(kp, plan, dtype, stream);
+    case kCfgGqa64M64N64S2: return launch_config<kCfgGqa64M64N64S2, Loader>(kp, plan, dtype, stream);
+    case kCfgGqa128M64N64S2: return launch_config<kCfgGqa128M64N64S2, Loader>(kp, plan, dtype, stream);
+    case kCfgGqa256M64N32S2: return launch_config<kCfgGqa256M64N32S2, Loader>(kp, plan, dtype, stream);
+    case kCfgGqa256M64N32S1: return launch_config<kCfgGqa256M64N32S1, Loader>(kp, plan, dtype, stream);
+    default: break;
+  }
+  return va_fail(VA_ERR_UNSUPPORTED, "config: unknown configuration id %d",
+                 static_cast<int>(plan.config));
+}
+
+}  // namespace verify_attn
+
+#endif  // VERIFY_ATTN_LAUNCH_ATTENTION_CUH_

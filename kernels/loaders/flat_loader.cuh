@@ -1,0 +1,52 @@
+// Flat KV layout: KV row j of request i is row kv_indptr[i] + j of k / v
+// ([num_kv_rows, Hkv, D]); kv_len_i = kv_indptr[i+1] - kv_indptr[i].
+// A row outside [0, num_kv_rows) is never read: the caller zero-fills it and
+// kErrKvIndex is OR-ed into error_word.
+#ifndef VERIFY_ATTN_LOADERS_FLAT_LOADER_CUH_
+#define VERIFY_ATTN_LOADERS_FLAT_LOADER_CUH_
+
+#include <stdint.h>
+
+#include "kernels/launch.h"
+
+namespace verify_attn {
+
+struct FlatLoader {
+  int64_t base;  // first row of the request
+  int kv_len_;
+  int64_t num_rows;
+  int64_t k_head_off, v_head_off;
+  int64_t k_stride, v_stride;
+  int32_t* error_word;
+
+  __device__ __forceinline__ FlatLoader(const KernelParams& p, int req, int hk) {
+    const int32_t b = __ldg(p.kv_indptr + req);
+    const int32_t e = __ldg(p.kv_indptr + req + 1);
+    base = b;
+    kv_len_ = e - b;  // negative -> caller reports kErrKvShort
+    num_rows = p.num_kv_rows;
+    k_head_off = hk * p.k_stride_head;
+    v_head_off = hk * p.v_stride_head;
+    k_stride = p.k_stride_token;
+    v_stride = p.v_stride_token;
+    error_word = p.error_word;
+  }
+
+  __device__ __forceinline__ int kv_len() const { return kv_len_; }
+
+  // Offsets of row j (0 <= j < kv_len) or false when it must not be read.
+  __device__ __forceinline__ bool row(int j, int64_t* k_off, int64_t* v_off) const {
+    const int64_t r = base + j;
+    if (r < 0 || r >= num_rows) {
+      if (error_word != nullptr) atomicOr(error_word, kErrKvIndex);
+      return false;
+    }
+    *k_off = r * k_stride + k_head_off;
+    *v_off = r * v_stride + v_head_off;
+    return true;
+  }
+};
+
+}  // namespace verify_attn
+
+#endif  // VERIFY_ATTN_LOADERS_FLAT_LOADER_CUH_

@@ -1,0 +1,61 @@
+// Paged KV layout: KV row j of request i lives in page
+// kv_indices[kv_indptr[i] + j / page_size], slot j % page_size; kv_len_i is
+// kv_len[i]. A page slot past kv_indptr[i+1] or a page id outside
+// [0, num_pages) is never dereferenced: the caller zero-fills the row and
+// kErrKvIndex is OR-ed into error_word.
+#ifndef VERIFY_ATTN_LOADERS_PAGED_LOADER_CUH_
+#define VERIFY_ATTN_LOADERS_PAGED_LOADER_CUH_
+
+#include <stdint.h>
+
+#include "kernels/launch.h"
+
+namespace verify_attn {
+
+struct PagedLoader {
+  const int32_t* indices;
+  int32_t slot_begin, slot_end;  // this request's range of kv_indices
+  int kv_len_;
+  int32_t page_size;
+  int64_t num_pages;
+  int64_t k_head_off, v_head_off;
+  int64_t k_page, v_page, k_tok, v_tok;
+  int32_t* error_word;
+
+  __device__ __forceinline__ PagedLoader(const KernelParams& p, int req, int hk) {
+    indices = p.kv_indices;
+    slot_begin = __ldg(p.kv_indptr + req);
+    slot_end = __ldg(p.kv_indptr + req + 1);
+    kv_len_ = __ldg(p.kv_len + req);
+    page_size = p.page_size;
+    num_pages = p.num_pages;
+    k_head_off = hk * p.k_stride_head;
+    v_head_off = hk * p.v_stride_head;
+    k_page = p.k_stride_page;
+    v_page = p.v_stride_page;
+    k_tok = p.k_stride_token;
+    v_tok = p.v_stride_token;
+    error_word = p.error_word;
+  }
+
+  __device__ __forceinline__ int kv_len() const { return kv_len_; }
+
+  __device__ __forceinline__ bool row(int j, int64_t* k_off, int64_t* v_off) const {
+    const int page_in_req = j / page_size;
+    const int slot_in_page = j - page_in_req * page_size;
+    const int64_t slot = static_cast<int64_t>(slot_begin) + page_in_req;
+    int64_t page = -1;
+    if (slot >= 0 && slot < slot_end) page = __ldg(indices + slot);
+    if (page < 0 || page >= num_pages) {
+      if (error_word != nullptr) atomicOr(error_word, kErrKvIndex);
+      return false;
+    }
+    *k_off = page * k_page + slot_in_page * k_tok + k_head_off;
+    *v_off = page * v_page + slot_in_page * v_tok + v_head_off;
+    return true;
+  }
+};
+
+}  // namespace verify_attn
+
+#endif  // VERIFY_ATTN_LOADERS_PAGED_LOADER_CUH_

@@ -1,0 +1,48 @@
+// Shared by both loaders and by the Q tile: issue the cp.async copies that
+// bring ROWS rows (K and optionally V) into padded shared-memory rows, 16 bytes
+// per instruction, zero-filling every row the row function declines.
+//
+// Threads are spread TPR = NTHREADS / ROWS per row so that the row address
+// (for paged KV: one kv_indices read and a division) is computed once per row
+// and thread, and consecutive threads copy consecutive 16-byte chunks.
+#ifndef VERIFY_ATTN_LOADERS_TILE_COPY_CUH_
+#define VERIFY_ATTN_LOADERS_TILE_COPY_CUH_
+
+#include <stdint.h>
+
+#include "kernels/core/mma.cuh"
+#include "kernels/core/types.cuh"
+
+namespace verify_attn {
+
+// row_fn(r, &k_off, &v_off) -> bool: element offsets of row r's K / V from
+// gk / gv, or false to zero-fill the row (past kv_len, bad index, ...).
+template <int ROWS, int NTHREADS, int DK, int KSTRIDE, int DV, int VSTRIDE, bool HAS_V,
+          typename DT, typename RowFn>
+__device__ __forceinline__ void copy_rows_async(DT* sk, DT* sv, const DT* gk, const DT* gv,
+                                                RowFn row_fn, int tid) {
+  constexpr int kTpr = NTHREADS >= ROWS ? NTHREADS / ROWS : 1;
+  constexpr int kRowStep = NTHREADS / kTpr;
+  constexpr int kKChunks = DK / kChunkElems;
+  constexpr int kVChunks = DV / kChunkElems;
+  for (int r = tid / kTpr; r < ROWS; r += kRowStep) {
+    int64_t k_off = 0, v_off = 0;
+    const bool ok = row_fn(r, &k_off, &v_off);
+    const DT* ks = ok ? gk + k_off : gk;  // not dereferenced when !ok
+#pragma unroll 4
+    for (int c = tid % kTpr; c < kKChunks; c += kTpr) {
+      cp_async_16(sk + r * KSTRIDE + c * kChunkElems, ks + c * kChunkElems, ok);
+    }
+    if constexpr (HAS_V) {
+      const DT* vs = ok ? gv + v_off : gv;
+#pragma unroll 4
+      for (int c = tid % kTpr; c < kVChunks; c += kTpr) {
+        cp_async_16(sv + r * VSTRIDE + c * kChunkElems, vs + c * kChunkElems, ok);
+      }
+    }
+  }
+}
+
+}  // namespace verify_attn
+
+#endif  // VERIFY_ATTN_LOADERS_TILE_COPY_CUH_

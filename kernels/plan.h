@@ -1,0 +1,108 @@
+// Host-side plan: which tile configuration and how many KV splits a call runs,
+// and how much workspace it needs. Pure C++ (no CUDA headers) so that the
+// tile shapes below are shared by the host (shared-memory sizes) and the
+// device code (kernels/attention_kernel.cuh instantiates them).
+#ifndef VERIFY_ATTN_PLAN_H_
+#define VERIFY_ATTN_PLAN_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/verify_attn.h"
+
+namespace verify_attn {
+
+// One CTA: M = 16 * WARPS_M folded query rows x all KV tiles of its split,
+// N KV rows per tile, WARPS_M x WARPS_N warps. Warp (wm, wn) computes the
+// scores of rows [16 wm, 16 wm + 16) x KV columns [wn N/WN, (wn+1) N/WN) and the
+// output of the same rows x value columns [wn DV/WN, (wn+1) DV/WN).
+// Shared memory (bf16/fp16 = 2 bytes; +8 elements = +16 bytes per row so that
+// the 8 rows of an ldmatrix hit 8 distinct 16-byte bank groups: the row pitch
+// is an odd number of 16-byte chunks):
+//   Q [M][DQK+8], K [STAGES][N][DQK+8], V [STAGES][N][DV+8] (none when the
+//   value is the K row's prefix, MLA), P [M][N+8], row max / row sum [2][WN][M] fp32.
+template <int DQK_, int DV_, bool V_IS_K_, int WARPS_M_, int WARPS_N_, int N_, int STAGES_>
+struct TileShape {
+  static constexpr int kDqk = DQK_;
+  static constexpr int kDv = DV_;
+  static constexpr bool kVIsK = V_IS_K_;
+  static constexpr int kWarpsM = WARPS_M_;
+  static constexpr int kWarpsN = WARPS_N_;
+  static constexpr int kWarps = WARPS_M_ * WARPS_N_;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kM = 16 * WARPS_M_;
+  static constexpr int kN = N_;
+  static constexpr int kStages = STAGES_;
+  static constexpr int kQStride = DQK_ + 8;  // elements
+  static constexpr int kKStride = DQK_ + 8;
+  static constexpr int kVStride = V_IS_K_ ? kKStride : DV_ + 8;
+  static constexpr int kPStride = N_ + 8;
+  static constexpr int kQBytes = kM * kQStride * 2;
+  static constexpr int kKBytes = kStages * kN * kKStride * 2;
+  static constexpr int kVBytes = V_IS_K_ ? 0 : kStages * kN * kVStride * 2;
+  static constexpr int kPBytes = kM * kPStride * 2;
+  static constexpr int kRedBytes = 2 * kWarpsN * kM * 4;
+  static constexpr int kSmemBytes = kQBytes + kKBytes + kVBytes + kPBytes + kRedBytes;
+
+  static_assert(DQK_ % 32 == 0 && DV_ % (16 * WARPS_N_) == 0, "head dims");
+  static_assert(N_ % (8 * WARPS_N_) == 0 && N_ % 16 == 0, "tile N");
+  static_assert(DV_ <= DQK_, "value columns come from a DQK-wide tile when V_IS_K");
+};
+
+enum ConfigId : int {
+  kCfgMlaM64N32S2 = 0,  // sm_90: 16 warps, 2-stage cp.async pipeline
+  kCfgMlaM32N32S2,      // sm_90, few rows per request
+  kCfgMlaM32N32S1,      // sm_120 (101376 B of shared memory per block)
+  kCfgGqa64M64N64S2,
+  kCfgGqa128M64N64S2,
+  kCfgGqa256M64N32S2,   // sm_90
+  kCfgGqa256M64N32S1,   // sm_120
+  kNumConfigs
+};
+
+template <int ID>
+struct ConfigShape;
+template <> struct ConfigShape<kCfgMlaM64N32S2> { using type = TileShape<576, 512, true, 4, 4, 32, 2>; };
+template <> struct ConfigShape<kCfgMlaM32N32S2> { using type = TileShape<576, 512, true, 2, 4, 32, 2>; };
+template <> struct ConfigShape<kCfgMlaM32N32S1> { using type = TileShape<576, 512, true, 2, 4, 32, 1>; };
+template <> struct ConfigShape<kCfgGqa64M64N64S2> { using type = TileShape<64, 64, false, 4, 1, 64, 2>; };
+template <> struct ConfigShape<kCfgGqa128M64N64S2> { using type = TileShape<128, 128, false, 4, 2, 64, 2>; };
+template <> struct ConfigShape<kCfgGqa256M64N32S2> { using type = TileShape<256, 256, false, 4, 2, 32, 2>; };
+template <> struct ConfigShape<kCfgGqa256M64N32S1> { using type = TileShape<256, 256, false, 4, 2, 32, 1>; };
+
+struct ConfigDesc {
+  const char* tag;  // e.g. "mla_m32n32_s1"
+  int m, n, warps, stages, smem_bytes;
+};
+const ConfigDesc& config_desc(ConfigId id);
+
+struct DeviceInfo {
+  int device;
+  int sm_arch;         // major * 10 + minor
+  int num_sms;
+  int max_smem_optin;  // cudaDevAttrMaxSharedMemoryPerBlockOptin
+};
+
+// Current device and its attributes. VA_ERR_NO_DEVICE if there is none.
+va_status query_device(DeviceInfo* info);
+
+struct Plan {
+  ConfigId config;
+  int group;             // query rows folded per KV head and token (Hq / Hkv)
+  int row_tiles;         // ceil(max_q_len * group / M)
+  int splits;            // KV splits (grid z)
+  int64_t ws_rows;       // total_q * num_qo_heads (rows of the partial arrays)
+  size_t ws_o_bytes;     // splits * ws_rows * Dv * 4 (0 when splits == 1)
+  size_t workspace_bytes;
+  DeviceInfo dev;
+  char name[64];
+};
+
+// `p` must have passed the scalar validation of capi_attention.cc (dims,
+// heads, max_q_len, ...). Fails with VA_ERR_UNSUPPORTED when no config fits
+// the device or the device arch is not built.
+va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan);
+
+}  // namespace verify_attn
+
+#endif  // VERIFY_ATTN_PLAN_H_

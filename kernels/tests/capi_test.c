@@ -1,0 +1,142 @@
+/* C-ABI tests in plain C (so the header is proven usable from C): every bad
+ * parameter struct gets the right status and a message that names the field,
+ * and nothing is launched. No GPU needed: validation precedes any device use.
+ * The valid baseline is only sent to va_workspace_size, never to va_attention
+ * (its pointers are fake). */
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/verify_attn.h"
+
+static int g_passed = 0, g_failed = 0;
+
+#define FAKE(addr) ((void*)(uintptr_t)(addr))
+
+static void expect(const char* name, va_status got, va_status want, const char* field) {
+  const char* msg = va_last_error_message();
+  int ok = got == want && (field == NULL || strncmp(msg, field, strlen(field)) == 0);
+  if (ok) {
+    ++g_passed;
+  } else {
+    ++g_failed;
+    printf("FAIL %s: got %s \"%s\", want %s starting \"%s\"\n", name, va_status_name(got), msg,
+           va_status_name(want), field ? field : "");
+  }
+}
+
+/* A valid MLA paged call: B=2, 16 heads, q_len <= 16, page_size 1. */
+static va_params valid_mla(void) {
+  va_params p;
+  va_params_init(&p);
+  p.dtype = VA_DTYPE_BF16;
+  p.kv_layout = VA_KV_PAGED;
+  p.mask_mode = VA_MASK_TREE;
+  p.batch_size = 2;
+  p.total_q = 20;
+  p.max_q_len = 16;
+  p.max_kv_len = 4096;
+  p.num_qo_heads = 16;
+  p.num_kv_heads = 1;
+  p.head_dim_qk = 576;
+  p.head_dim_vo = 512;
+  p.v_is_k_prefix = 1;
+  p.sm_scale = 0.0417f;
+  p.q = FAKE(0x10000);
+  p.q_stride_token = 16 * 576;
+  p.q_stride_head = 576;
+  p.k = FAKE(0x20000);
+  p.k_stride_page = 576;
+  p.k_stride_token = 576;
+  p.k_stride_head = 576;
+  p.out = FAKE(0x30000);
+  p.out_stride_token = 16 * 512;
+  p.out_stride_head = 512;
+  p.qo_indptr = (const int32_t*)FAKE(0x40000);
+  p.kv_indptr = (const int32_t*)FAKE(0x40100);
+  p.kv_indices = (const int32_t*)FAKE(0x40200);
+  p.kv_len = (const int32_t*)FAKE(0x40300);
+  p.page_size = 1;
+  p.num_pages = 100000;
+  p.tree_mask = (const uint32_t*)FAKE(0x50000);
+  p.mask_words = 1;
+  return p;
+}
+
+int main(void) {
+  va_params p;
+  size_t bytes = 123;
+  va_status s;
+
+  /* The valid struct passes validation; what comes next depends on the device. */
+  p = valid_mla();
+  s = va_workspace_size(&p, &bytes);
+  if (s == VA_OK || s == VA_ERR_NO_DEVICE) {
+    ++g_passed;
+  } else {
+    ++g_failed;
+    printf("FAIL valid: %s %s\n", va_status_name(s), va_last_error_message());
+  }
+
+#define CASE(label, mutate, want, field) \
+  do {                                   \
+    p = valid_mla();                     \
+    mutate;                              \
+    expect(label, va_attention(&p), want, field); \
+  } while (0)
+
+  expect("null params", va_attention(NULL), VA_ERR_NULL_POINTER, "params");
+  expect("null bytes", va_workspace_size(&p, NULL), VA_ERR_NULL_POINTER, "bytes");
+  CASE("struct_size", p.struct_size = 8, VA_ERR_VERSION, "struct_size");
+  CASE("abi_version", p.abi_version = 99, VA_ERR_VERSION, "abi_version");
+  CASE("dtype", p.dtype = 7, VA_ERR_INVALID_DTYPE, "dtype");
+  CASE("kv_layout", p.kv_layout = 3, VA_ERR_INVALID_VALUE, "kv_layout");
+  CASE("mask_mode", p.mask_mode = -1, VA_ERR_INVALID_VALUE, "mask_mode");
+  CASE("batch_size", p.batch_size = -1, VA_ERR_INVALID_VALUE, "batch_size");
+  CASE("total_q", p.total_q = -5, VA_ERR_INVALID_VALUE, "total_q");
+  CASE("max_q_len 0", p.max_q_len = 0, VA_ERR_INVALID_VALUE, "max_q_len");
+  CASE("max_q_len 1025", (p.max_q_len = 1025, p.mask_words = 33), VA_ERR_INVALID_VALUE, "max_q_len");
+  CASE("num_qo_heads", p.num_qo_heads = 0, VA_ERR_INVALID_VALUE, "num_qo_heads");
+  CASE("mla heads 129", p.num_qo_heads = 129, VA_ERR_UNSUPPORTED, "num_qo_heads");
+  CASE("mla dims", p.head_dim_qk = 512, VA_ERR_UNSUPPORTED, "head_dim_qk");
+  CASE("mla kv heads", p.num_kv_heads = 2, VA_ERR_UNSUPPORTED, "num_kv_heads");
+  CASE("gqa dims", (p.v_is_k_prefix = 0, p.head_dim_qk = 96, p.head_dim_vo = 96),
+       VA_ERR_UNSUPPORTED, "head_dim_qk");
+  CASE("gqa dv != dqk", (p.v_is_k_prefix = 0, p.head_dim_qk = 128, p.head_dim_vo = 64),
+       VA_ERR_UNSUPPORTED, "head_dim_vo");
+  CASE("gqa ratio", (p.v_is_k_prefix = 0, p.head_dim_qk = 128, p.head_dim_vo = 128,
+                     p.num_qo_heads = 12, p.num_kv_heads = 5),
+       VA_ERR_INVALID_VALUE, "num_qo_heads");
+  CASE("gqa group 32", (p.v_is_k_prefix = 0, p.head_dim_qk = 128, p.head_dim_vo = 128,
+                        p.num_qo_heads = 32, p.num_kv_heads = 1),
+       VA_ERR_UNSUPPORTED, "num_qo_heads");
+  CASE("sm_scale 0", p.sm_scale = 0.0f, VA_ERR_INVALID_VALUE, "sm_scale");
+  CASE("sm_scale nan", p.sm_scale = 0.0f / 0.0f, VA_ERR_INVALID_VALUE, "sm_scale");
+  CASE("page_size", p.page_size = 0, VA_ERR_INVALID_VALUE, "page_size");
+  CASE("num_pages", p.num_pages = 0, VA_ERR_INVALID_VALUE, "num_pages");
+  CASE("mask_words", (p.max_q_len = 64, p.mask_words = 1), VA_ERR_INVALID_VALUE, "mask_words");
+  CASE("num_splits", p.num_splits = -2, VA_ERR_INVALID_VALUE, "num_splits");
+  CASE("q null", p.q = NULL, VA_ERR_NULL_POINTER, "q");
+  CASE("k null", p.k = NULL, VA_ERR_NULL_POINTER, "k");
+  CASE("out null", p.out = NULL, VA_ERR_NULL_POINTER, "out");
+  CASE("qo_indptr null", p.qo_indptr = NULL, VA_ERR_NULL_POINTER, "qo_indptr");
+  CASE("kv_indptr null", p.kv_indptr = NULL, VA_ERR_NULL_POINTER, "kv_indptr");
+  CASE("kv_indices null", p.kv_indices = NULL, VA_ERR_NULL_POINTER, "kv_indices");
+  CASE("kv_len null", p.kv_len = NULL, VA_ERR_NULL_POINTER, "kv_len");
+  CASE("tree_mask null", p.tree_mask = NULL, VA_ERR_NULL_POINTER, "tree_mask");
+  CASE("v mismatch", p.v = FAKE(0x60000), VA_ERR_INVALID_VALUE, "v");
+  CASE("gqa v null", (p.v_is_k_prefix = 0, p.head_dim_qk = 128, p.head_dim_vo = 128),
+       VA_ERR_NULL_POINTER, "v");
+  CASE("q misaligned", p.q = FAKE(0x10008), VA_ERR_INVALID_STRIDE, "q");
+  CASE("q stride", p.q_stride_token = 577, VA_ERR_INVALID_STRIDE, "q_stride_token");
+  CASE("k stride", p.k_stride_token = -8, VA_ERR_INVALID_STRIDE, "k_stride_token");
+  CASE("out stride", p.out_stride_head = 4, VA_ERR_INVALID_STRIDE, "out_stride_head");
+
+  /* Empty work is valid and launches nothing (no device needed). */
+  p = valid_mla();
+  p.total_q = 0;
+  p.q = NULL;
+  expect("empty", va_attention(&p), VA_OK, NULL);
+
+  printf("%d passed, %d failed\n", g_passed, g_failed);
+  return g_failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,85 @@
+"""A representative subset of the GPU suite, small enough for compute-sanitizer.
+
+Flat and paged, MLA and GQA, split and unsplit, tree and causal, fp16 and bf16;
+each checked against the float64 reference (exit status 1 on a mismatch).
+Run by tools/gpu_run.sh under memcheck, racecheck and initcheck:
+
+    compute-sanitizer --tool memcheck --error-exitcode 3 python3 tools/sanitize_cases.py
+"""
+
+import random
+import sys
+
+import torch
+
+import verify_attn
+from verify_attn import masks, reference
+
+
+def make_case(rng, *, mla, paged, dtype, batch, q_len, prefix, heads, hkv, d, page_size, causal):
+    dev = "cuda"
+    q_lens = [q_len if i % 2 == 0 else max(1, q_len // 2) for i in range(batch)]
+    kv_lens = [prefix + i + q for i, q in enumerate(q_lens)]
+    qo_indptr = torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0)), dtype=torch.int32, device=dev)
+    total_q = int(qo_indptr[-1])
+    dqk, dvo = (576, 512) if mla else (d, d)
+    q = torch.randn(total_q, heads, dqk, device=dev, dtype=dtype)
+    parents = []
+    for ql in q_lens:
+        parents += masks.random_parents("chain" if causal else "random", ql, rng=rng)
+    tree = None if causal else masks.from_parents(
+        torch.tensor(parents, dtype=torch.int32, device=dev), qo_indptr)
+    if not paged:
+        kv_indptr = torch.tensor([0] + list(torch.tensor(kv_lens).cumsum(0)), dtype=torch.int32, device=dev)
+        rows = int(kv_indptr[-1])
+        k = torch.randn(rows, hkv, dqk, device=dev, dtype=dtype)
+        v = None if mla else torch.randn(rows, hkv, dvo, device=dev, dtype=dtype)
+        args = (q, k, v, qo_indptr, kv_indptr)
+        fn, ref = verify_attn.tree_attention_flat, reference.reference_attention_flat
+        kw = {}
+    else:
+        pages = [(n + page_size - 1) // page_size for n in kv_lens]
+        num_pages = sum(pages) + 7
+        perm = torch.randperm(num_pages, device=dev)[: sum(pages)].to(torch.int32)
+        kv_indptr = torch.tensor([0] + list(torch.tensor(pages).cumsum(0)), dtype=torch.int32, device=dev)
+        k = torch.randn(num_pages, page_size, hkv, dqk, device=dev, dtype=dtype)
+        v = None if mla else torch.randn(num_pages, page_size, hkv, dvo, device=dev, dtype=dtype)
+        kv_len = torch.tensor(kv_lens, dtype=torch.int32, device=dev)
+        args = (q, k, v, qo_indptr, kv_indptr, perm, kv_len)
+        fn, ref = verify_attn.tree_attention_paged, reference.reference_attention_paged
+        kw = {}
+    return fn, ref, args, dict(tree_mask=tree, causal=causal, **kw)
+
+
+def main():
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    cases = [
+        dict(mla=True, paged=True, dtype=torch.bfloat16, batch=2, q_len=16, prefix=100, heads=16, hkv=1, d=0, page_size=1, causal=False, splits=0),
+        dict(mla=True, paged=False, dtype=torch.float16, batch=1, q_len=8, prefix=300, heads=4, hkv=1, d=0, page_size=1, causal=True, splits=3),
+        dict(mla=False, paged=True, dtype=torch.bfloat16, batch=3, q_len=16, prefix=70, heads=12, hkv=4, d=128, page_size=16, causal=False, splits=1),
+        dict(mla=False, paged=False, dtype=torch.float16, batch=2, q_len=33, prefix=0, heads=8, hkv=8, d=64, page_size=1, causal=False, splits=2),
+        dict(mla=False, paged=True, dtype=torch.bfloat16, batch=1, q_len=4, prefix=200, heads=8, hkv=2, d=256, page_size=64, causal=False, splits=0),
+    ]
+    worst = 0.0
+    failed = 0
+    for c in cases:
+        splits = c.pop("splits")
+        fn, ref, args, kw = make_case(rng, **c)
+        out, lse = fn(*args, return_lse=True, num_splits=splits, **kw)
+        torch.cuda.synchronize()
+        ro, rl = ref(*args, **kw)
+        err = ((out.double() - ro).norm() / ro.norm()).item()
+        lerr = ((lse.double() - rl).abs().max()).item()
+        ok = err < 1e-2 and lerr < 1e-2 and torch.isfinite(out).all().item()
+        worst = max(worst, err)
+        failed += not ok
+        print("%s mla=%s paged=%s splits=%d: rel err %.2e, lse max abs err %.2e" % (
+            "ok  " if ok else "FAIL", c["mla"], c["paged"], splits, err, lerr))
+    print("seed %d; worst rel err %.2e; %d passed, %d failed" % (seed, worst, len(cases) - failed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
