@@ -43,6 +43,7 @@ device)
   # Every test file: CPU tests run too (the no-device one skips itself).
   (cd /tmp && "$PY" -m pytest -q -rs -p no:cacheprovider ${PYTEST_ARGS:-} ${PYTEST_TARGETS:-"$ROOT/python/tests"} \
       2>&1 | tee "$LOG/pytest.log") || status=1
+  (cd /tmp && "$PY" "$ROOT/examples/demo_paged_mla.py" 2>&1 | tee "$LOG/demo.log") || status=1
   if [[ "${SKIP_SANITIZER:-0}" != 1 && -f "$ROOT/tools/sanitize_cases.py" ]]; then
     for tool in memcheck racecheck initcheck; do
       (cd /tmp && compute-sanitizer --tool "$tool" --error-exitcode 3 \

@@ -12,7 +12,7 @@ so this is our own, deliberately small rule:
     static CUDA runtime, so cc_library / cc_binary targets can depend on it.
 
 The action's PATH is pinned to /usr/bin:/bin so no CUDA installed on the
-machine (/usr/local/cuda, /usr/local/bin/nvcc) can ever be picked up; nvcc
+machine (a system nvcc or toolkit) can ever be picked up; nvcc
 finds cicc, ptxas and fatbinary through its own nvcc.profile, relative to
 itself inside @cuda.
 """

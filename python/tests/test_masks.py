@@ -1,0 +1,335 @@
+"""CPU tests of verify_attn.masks: builders, round trips, SGLang layouts, errors."""
+
+import os
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from verify_attn import masks
+
+
+def _seed():
+    s = os.environ.get("VERIFY_ATTN_TEST_SEED")
+    return int(s) if s else random.SystemRandom().randrange(2**31)
+
+
+# ---------------------------------------------------------------------------
+# oracles (plain Python, independent of the library)
+
+
+def ancestors_dense(parents):
+    """bool [n, n]: [t, c] iff c is t or an ancestor of t (walks parent links)."""
+    n = len(parents)
+    out = np.zeros((n, n), dtype=bool)
+    for t in range(n):
+        c = t
+        steps = 0
+        while c >= 0:
+            out[t, c] = True
+            c = parents[c]
+            steps += 1
+            assert steps <= n, "cycle in test tree"
+    return out
+
+
+def build_batch(trees):
+    parents = [p for tree in trees for p in tree]
+    qo = [0]
+    for tree in trees:
+        qo.append(qo[-1] + len(tree))
+    return torch.tensor(parents, dtype=torch.int32), torch.tensor(qo, dtype=torch.int32)
+
+
+def sglang_full_mask(trees, prefix_lens, prefix_fill=True):
+    """SGLang FULL_MASK written the way build_tree_efficient lays it out."""
+    flat = []
+    for tree, pre in zip(trees, prefix_lens):
+        q = len(tree)
+        anc = ancestors_dense(tree)
+        for t in range(q):
+            row = [prefix_fill] * pre + [bool(anc[t, c]) for c in range(q)]
+            flat.extend(row)
+    return torch.tensor(flat, dtype=torch.bool)
+
+
+def sglang_qlen_only(trees):
+    flat = []
+    for tree in trees:
+        anc = ancestors_dense(tree)
+        flat.extend(anc.reshape(-1).tolist())
+    return torch.tensor(flat, dtype=torch.bool)
+
+
+# ---------------------------------------------------------------------------
+# hand-made tree with its expected bits
+
+
+def test_hand_tree_expected_bits():
+    # request 0:      0
+    #               /   \
+    #              1     2          parents = [-1, 0, 0, 1, 3]
+    #              |
+    #              3
+    #              |
+    #              4
+    # request 1: a chain of 40 nodes (crosses a word boundary, sets bit 31)
+    # request 2: empty
+    # request 3: two roots (a forest): parents = [-1, -1, 1]
+    trees = [[-1, 0, 0, 1, 3], [-1] + list(range(39)), [], [-1, -1, 1]]
+    parents, qo = build_batch(trees)
+    bits = masks.from_parents(parents, qo)
+    assert bits.dtype == torch.int32
+    assert bits.shape == (5 + 40 + 0 + 3, 2)
+    expected_r0 = [0b1, 0b11, 0b101, 0b1011, 0b11011]
+    assert bits[:5, 0].tolist() == expected_r0
+    assert bits[:5, 1].tolist() == [0] * 5
+    chain = bits[5:45].to(torch.int64) & 0xFFFFFFFF
+    for t in range(40):
+        lo = (1 << min(t + 1, 32)) - 1
+        hi = (1 << max(t + 1 - 32, 0)) - 1
+        assert chain[t, 0].item() == lo, t
+        assert chain[t, 1].item() == hi, t
+    # bit 31 set -> negative int32 bit pattern
+    assert bits[5 + 31, 0].item() == -1
+    assert bits[5 + 35, 1].item() == 0b1111
+    assert bits[45:, 0].tolist() == [0b1, 0b10, 0b110]
+    # uint32 view reads the same bits
+    if hasattr(torch, "uint32"):
+        u = bits.view(torch.uint32)
+        assert masks.to_dense(u, qo)[1].equal(masks.to_dense(bits, qo)[1])
+
+
+def test_hand_tree_sglang_layouts():
+    # Two requests of 4 draft tokens (SGLang's fixed num_draft_tokens), prefixes 3 and 0.
+    # tree A: 0 -> {1, 2}, 2 -> 3        tree B: chain 0 -> 1 -> 2 -> 3
+    # FULL_MASK rows (prefix cols then tree cols), written out by hand:
+    T, F = True, False
+    full = [
+        # request 0: 4 rows x (3 + 4)
+        T, T, T, T, F, F, F,
+        T, T, T, T, T, F, F,
+        T, T, T, T, F, T, F,
+        T, T, T, T, F, T, T,
+        # request 1: 4 rows x (0 + 4)
+        T, F, F, F,
+        T, T, F, F,
+        T, T, T, F,
+        T, T, T, T,
+    ]
+    qlen_only = [
+        T, F, F, F,
+        T, T, F, F,
+        T, F, T, F,
+        T, F, T, T,
+        T, F, F, F,
+        T, T, F, F,
+        T, T, T, F,
+        T, T, T, T,
+    ]
+    expected = [0b1, 0b11, 0b101, 0b1101, 0b1, 0b11, 0b111, 0b1111]
+    qo = torch.tensor([0, 4, 8], dtype=torch.int32)
+    pre = torch.tensor([3, 0], dtype=torch.int64)
+    got_full = masks.from_sglang_full_mask(torch.tensor(full), qo, pre)
+    got_qlen = masks.from_sglang_qlen_only(torch.tensor(qlen_only), qo)
+    assert got_full[:, 0].tolist() == expected
+    assert got_qlen[:, 0].tolist() == expected
+    assert masks.from_parents(torch.tensor([-1, 0, 0, 2, -1, 0, 1, 2]), qo)[:, 0].tolist() == expected
+    # the bit-packed layout: one uint8 per row, bit c = column c
+    packed = torch.tensor(expected, dtype=torch.uint8)
+    assert masks.from_sglang_qlen_bitpacked(packed, qo)[:, 0].tolist() == expected
+
+
+# ---------------------------------------------------------------------------
+# round trips on random trees
+
+
+SIZES = [1, 2, 31, 32, 33, 64, 100, 257, 1024]
+
+
+@pytest.mark.parametrize("kind", masks.TREE_KINDS)
+@pytest.mark.parametrize("n", SIZES)
+def test_from_parents_matches_oracle(kind, n):
+    seed = _seed()
+    rng = random.Random(seed)
+    tree = masks.random_parents(kind, n, rng=rng)
+    parents, qo = build_batch([tree])
+    bits = masks.from_parents(parents, qo)
+    assert bits.shape == (n, max(1, (n + 31) // 32))
+    dense = masks.to_dense(bits, qo)[0].numpy()
+    np.testing.assert_array_equal(dense, ancestors_dense(tree), err_msg=f"seed={seed}")
+    # bits beyond q_len stay zero
+    allbits = masks._unpack_words(bits)
+    assert not allbits[:, n:].any(), f"seed={seed}"
+
+
+def test_ragged_batch_round_trip():
+    seed = _seed()
+    rng = random.Random(seed)
+    trees = []
+    for _ in range(12):
+        kind = rng.choice(masks.TREE_KINDS)
+        n = rng.choice([0, 1, 5, 16, 33, 64, 200, 1024])
+        trees.append(masks.random_parents(kind, n, rng=rng))
+    parents, qo = build_batch(trees)
+    bits = masks.from_parents(parents, qo)
+    assert bits.shape[1] == max(1, (max(len(t) for t in trees) + 31) // 32)
+    for i, (d, tree) in enumerate(zip(masks.to_dense(bits, qo), trees)):
+        np.testing.assert_array_equal(d.numpy(), ancestors_dense(tree), err_msg=f"seed={seed} request {i}")
+    # from_dense: list and padded forms give the same bits
+    dense_list = [torch.from_numpy(ancestors_dense(t)) for t in trees]
+    assert masks.from_dense(dense_list, qo).equal(bits)
+    maxq = max(len(t) for t in trees)
+    padded = torch.zeros((len(trees), maxq, maxq), dtype=torch.bool)
+    for i, d in enumerate(dense_list):
+        padded[i, : d.shape[0], : d.shape[0]] = d
+    # garbage in the padding is ignored
+    padded |= torch.rand(padded.shape) < 0.01
+    for i, d in enumerate(dense_list):
+        padded[i, : d.shape[0], : d.shape[0]] = d
+    assert masks.from_dense(padded, qo).equal(bits)
+    # validate=False with a given width gives the same result
+    wide = masks.from_parents(parents, qo, max_q_len=1024, validate=False)
+    assert wide.shape == (bits.shape[0], 32)
+    assert wide[:, : bits.shape[1]].equal(bits) and not wide[:, bits.shape[1]:].any(), f"seed={seed}"
+    # SGLang layouts of the same trees
+    pre = [rng.choice([0, 1, 7, 100]) for _ in trees]
+    full = sglang_full_mask(trees, pre, prefix_fill=False)  # prefix columns are not read
+    got = masks.from_sglang_full_mask(full, qo, torch.tensor(pre))
+    assert got.equal(bits), f"seed={seed}"
+    assert masks.from_sglang_qlen_only(sglang_qlen_only(trees), qo).equal(bits), f"seed={seed}"
+
+
+def test_wider_mask_and_int64_inputs():
+    tree = masks.random_parents("random", 40)
+    parents, qo = build_batch([tree])
+    bits = masks.from_parents(parents.long(), qo.long(), max_q_len=200)
+    assert bits.shape == (40, 7)
+    assert masks.to_dense(bits, qo)[0].numpy().tolist() == ancestors_dense(tree).tolist()
+
+
+def test_causal_equals_chain():
+    trees = [list(range(-1, n - 1)) for n in (3, 0, 33, 70)]
+    parents, qo = build_batch(trees)
+    assert masks.causal(qo).equal(masks.from_parents(parents, qo))
+
+
+def test_sglang_full_mask_uniform_batch_like_sglang():
+    """SGLang's own sizing: bs requests of num_draft_tokens, buffer larger than needed."""
+    rng = random.Random(_seed())
+    q = 8
+    trees = [masks.random_parents("eagle", q, rng=rng) for _ in range(5)]
+    seq_lens = [rng.randrange(0, 50) for _ in trees]
+    full = sglang_full_mask(trees, seq_lens, prefix_fill=True)
+    buf = torch.ones(full.numel() + 1000, dtype=torch.bool)  # preallocated, fill(True)
+    buf[: full.numel()] = full
+    qo = torch.arange(0, (len(trees) + 1) * q, q, dtype=torch.int32)
+    seq = torch.tensor(seq_lens)
+    mask_indptr = torch.zeros(len(trees) + 1, dtype=torch.int64)
+    mask_indptr[1:] = torch.cumsum(q * (seq + q), 0)
+    a = masks.from_sglang_full_mask(buf, qo, seq)
+    b = masks.from_sglang_full_mask(buf, qo, seq, mask_indptr=mask_indptr)
+    parents, _ = build_batch(trees)
+    assert a.equal(masks.from_parents(parents, qo))
+    assert b.equal(a)
+    # integer (0/1) masks are accepted too
+    assert masks.from_sglang_full_mask(buf.to(torch.uint8), qo, seq).equal(a)
+
+
+def test_bitpacked_wider_dtypes():
+    rng = random.Random(_seed())
+    trees = [masks.random_parents("random", 20, rng=rng) for _ in range(3)]
+    parents, qo = build_batch(trees)
+    ref = masks.from_parents(parents, qo)
+    packed32 = ref[:, 0].clone()  # int32 per row: bit c = column c
+    assert masks.from_sglang_qlen_bitpacked(packed32, qo).equal(ref)
+    as_bytes = packed32.view(torch.uint8).reshape(-1, 4)
+    assert masks.from_sglang_qlen_bitpacked(as_bytes, qo).equal(ref)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_builders_on_gpu_match_cpu():
+    rng = random.Random(_seed())
+    trees = [masks.random_parents(k, n, rng=rng) for k, n in (("ddtree", 1024), ("shuffled", 77), ("star", 5))]
+    parents, qo = build_batch(trees)
+    cpu = masks.from_parents(parents, qo)
+    gpu = masks.from_parents(parents.cuda(), qo.cuda())
+    assert gpu.is_cuda and gpu.cpu().equal(cpu)
+    gpu_nosync = masks.from_parents(parents.cuda(), qo.cuda(), max_q_len=1024, validate=False)
+    assert gpu_nosync.cpu().equal(cpu)
+    full = sglang_full_mask(trees, [3, 0, 9])
+    assert masks.from_sglang_full_mask(full.cuda(), qo.cuda(), torch.tensor([3, 0, 9]).cuda()).cpu().equal(cpu)
+
+
+# ---------------------------------------------------------------------------
+# bad inputs
+
+
+def _qo(*lens):
+    out = [0]
+    for n in lens:
+        out.append(out[-1] + n)
+    return torch.tensor(out, dtype=torch.int32)
+
+
+BAD_PARENTS = [
+    ("out_of_range", [-1, 0, 5], _qo(3), ValueError, "parents: .*outside"),
+    ("below_minus_one", [-1, -2, 0], _qo(3), ValueError, "parents: .*outside"),
+    ("cross_request", [-1, 0, -1, 2], _qo(2, 2), ValueError, "parents: .*outside"),
+    ("self_parent", [-1, 1, 0], _qo(3), ValueError, "parents: .*own parent"),
+    ("two_cycle", [-1, 2, 1], _qo(3), ValueError, "parents: .*cycle"),
+    ("long_cycle", [-1, 4, 1, 2, 3, 0], _qo(6), ValueError, "parents: .*cycle"),
+    ("indptr_total", [-1, 0, 1], _qo(2), ValueError, "qo_indptr: last entry"),
+    ("indptr_start", [-1, 0], torch.tensor([1, 2], dtype=torch.int32), ValueError, "qo_indptr: must start at 0"),
+    ("indptr_decreasing", [-1, 0], torch.tensor([0, 3, 2], dtype=torch.int32), ValueError, "qo_indptr: must be non-decreasing"),
+    ("too_long", [-1] + list(range(1024)), _qo(1025), ValueError, "qo_indptr: .*more than 1024"),
+]
+
+
+@pytest.mark.parametrize("name,parents,qo,exc,match", BAD_PARENTS, ids=[c[0] for c in BAD_PARENTS])
+def test_from_parents_rejects(name, parents, qo, exc, match):
+    with pytest.raises(exc, match=match):
+        masks.from_parents(torch.tensor(parents, dtype=torch.int32), qo)
+
+
+def test_from_parents_type_and_shape_errors():
+    qo = _qo(2)
+    with pytest.raises(TypeError, match="parents:"):
+        masks.from_parents(torch.tensor([-1.0, 0.0]), qo)
+    with pytest.raises(TypeError, match="parents:"):
+        masks.from_parents([-1, 0], qo)
+    with pytest.raises(ValueError, match="parents:"):
+        masks.from_parents(torch.tensor([[-1, 0]]), qo)
+    with pytest.raises(TypeError, match="qo_indptr:"):
+        masks.from_parents(torch.tensor([-1, 0]), torch.tensor([0.0, 2.0]))
+    with pytest.raises(ValueError, match="max_q_len:"):
+        masks.from_parents(torch.tensor([-1] + list(range(39))), _qo(40), max_q_len=20)
+    with pytest.raises(ValueError, match="max_q_len:"):
+        masks.from_parents(torch.tensor([-1, 0]), qo, max_q_len=2000)
+
+
+def test_dense_and_sglang_errors():
+    qo = _qo(2, 3)
+    with pytest.raises(ValueError, match="ancestor_bool: element 1"):
+        masks.from_dense([torch.eye(2, dtype=torch.bool), torch.eye(2, dtype=torch.bool)], qo)
+    with pytest.raises(ValueError, match="ancestor_bool: has 1 requests"):
+        masks.from_dense([torch.eye(2, dtype=torch.bool)], qo)
+    with pytest.raises(TypeError, match="ancestor_bool:"):
+        masks.from_dense(torch.eye(3).expand(2, 3, 3), qo)
+    with pytest.raises(ValueError, match="ancestor_bool: padded size"):
+        masks.from_dense(torch.ones(2, 2, 2, dtype=torch.bool), qo)
+    with pytest.raises(ValueError, match="custom_mask: has"):
+        masks.from_sglang_full_mask(torch.ones(10, dtype=torch.bool), qo, torch.tensor([1, 1]))
+    with pytest.raises(ValueError, match="prefix_lens:"):
+        masks.from_sglang_full_mask(torch.ones(100, dtype=torch.bool), qo, torch.tensor([1]))
+    with pytest.raises(ValueError, match="prefix_lens: must be >= 0"):
+        masks.from_sglang_full_mask(torch.ones(100, dtype=torch.bool), qo, torch.tensor([-1, 1]))
+    with pytest.raises(TypeError, match="custom_mask:"):
+        masks.from_sglang_full_mask(torch.ones(100), qo, torch.tensor([1, 1]))
+    with pytest.raises(ValueError, match="mask: has"):
+        masks.from_sglang_qlen_only(torch.ones(12, dtype=torch.bool), qo)
+    with pytest.raises(ValueError, match="mask: 1 bytes per row cannot hold"):
+        masks.from_sglang_qlen_bitpacked(torch.ones(20, dtype=torch.uint8), _qo(20))
+    with pytest.raises(ValueError, match="kind:"):
+        masks.random_parents("bogus", 4)

@@ -1,0 +1,220 @@
+"""CPU tests of verify_attn.reference: vectorized reference vs the literal brute-force
+loop, on small random trees, flat and paged, MLA-shaped and GQA, tree and causal."""
+
+import math
+import os
+import random
+
+import pytest
+import torch
+
+from verify_attn import masks
+from verify_attn.reference import (
+    gather_paged_kv,
+    reference_attention_bruteforce,
+    reference_attention_flat,
+    reference_attention_paged,
+)
+
+
+def _seed():
+    s = os.environ.get("VERIFY_ATTN_TEST_SEED")
+    return int(s) if s else random.SystemRandom().randrange(2**31)
+
+
+def make_problem(rng, gen, *, B, H, Hkv, d_qk, d_vo, mla, mode, max_q=12, max_prefix=20, q_zero=True):
+    q_lens = [rng.randint(1, max_q) for _ in range(B)]
+    if q_zero and B > 1:
+        q_lens[rng.randrange(B)] = 0
+    prefixes = [rng.choice([0, 1, rng.randint(0, max_prefix)]) for _ in range(B)]
+    qo = [0]
+    for n in q_lens:
+        qo.append(qo[-1] + n)
+    kv_lens = [p + n for p, n in zip(prefixes, q_lens)]
+    kv = [0]
+    for n in kv_lens:
+        kv.append(kv[-1] + n)
+    total_q = qo[-1]
+    q = torch.randn(total_q, H, d_qk, generator=gen, dtype=torch.float64)
+    k = torch.randn(kv[-1], Hkv, d_qk, generator=gen, dtype=torch.float64)
+    v = None if mla else torch.randn(kv[-1], Hkv, d_vo, generator=gen, dtype=torch.float64)
+    qo_t = torch.tensor(qo, dtype=torch.int32)
+    kv_t = torch.tensor(kv, dtype=torch.int32)
+    if mode == "causal":
+        tree_mask = None
+    else:
+        parents = []
+        for n in q_lens:
+            parents += masks.random_parents(mode, n, rng=rng)
+        tree_mask = masks.from_parents(torch.tensor(parents, dtype=torch.int32), qo_t)
+    return dict(q=q, k=k, v=v, qo=qo_t, kv=kv_t, tree_mask=tree_mask, causal=mode == "causal",
+                kv_lens=kv_lens, q_lens=q_lens)
+
+
+def to_paged(rng, gen, k, v, kv_indptr, kv_lens, page_size, four_d):
+    """Scatter flat per-request KV into a cache with randomly permuted pages."""
+    B = len(kv_lens)
+    pages_per = [(n + page_size - 1) // page_size for n in kv_lens]
+    num_pages = sum(pages_per) + 3
+    perm = list(range(num_pages))
+    rng.shuffle(perm)
+    Hkv = k.shape[1]
+    kc = torch.randn(num_pages * page_size, Hkv, k.shape[2], generator=gen, dtype=k.dtype)
+    vc = None if v is None else torch.randn(num_pages * page_size, Hkv, v.shape[2], generator=gen, dtype=v.dtype)
+    indices, ind = [], [0]
+    nxt = 0
+    for i in range(B):
+        ids = perm[nxt : nxt + pages_per[i]]
+        nxt += pages_per[i]
+        indices += ids
+        ind.append(len(indices))
+        start = int(kv_indptr[i])
+        for j in range(kv_lens[i]):
+            slot = ids[j // page_size] * page_size + j % page_size
+            kc[slot] = k[start + j]
+            if vc is not None:
+                vc[slot] = v[start + j]
+    if four_d:
+        kc = kc.reshape(num_pages, page_size, Hkv, -1)
+        vc = None if vc is None else vc.reshape(num_pages, page_size, Hkv, -1)
+    return kc, vc, torch.tensor(ind, dtype=torch.int32), torch.tensor(indices, dtype=torch.int32), \
+        torch.tensor(kv_lens, dtype=torch.int32)
+
+
+CONFIGS = [
+    # name, H, Hkv, d_qk, d_vo, mla
+    ("mla_h1", 1, 1, 24, 16, True),
+    ("mla_h5", 5, 1, 24, 16, True),
+    ("gqa_g3", 6, 2, 8, 8, False),
+    ("gqa_g1", 3, 3, 16, 16, False),
+    ("gqa_g4_vdiff", 4, 1, 8, 12, False),
+]
+MODES = ["causal", "chain", "star", "random", "ddtree", "shuffled"]
+
+
+def _close(a, b, what, seed):
+    assert a.shape == b.shape, what
+    fin = torch.isfinite(b)
+    assert torch.equal(torch.isfinite(a), fin), f"{what}: finiteness differs (seed={seed})"
+    assert torch.allclose(a[fin], b[fin], rtol=1e-9, atol=1e-9), f"{what}: max diff {(a - b)[fin].abs().max()} (seed={seed})"
+    assert torch.equal(a[~fin], b[~fin]), f"{what} (seed={seed})"
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=[c[0] for c in CONFIGS])
+@pytest.mark.parametrize("mode", MODES)
+def test_flat_reference_matches_bruteforce(cfg, mode):
+    seed = _seed()
+    rng = random.Random(seed)
+    gen = torch.Generator().manual_seed(seed)
+    name, H, Hkv, d_qk, d_vo, mla = cfg
+    p = make_problem(rng, gen, B=3, H=H, Hkv=Hkv, d_qk=d_qk, d_vo=d_vo, mla=mla, mode=mode)
+    scale = rng.choice([None, 0.3])
+    kw = dict(tree_mask=p["tree_mask"], causal=p["causal"], sm_scale=scale, head_dim_vo=d_vo if mla else None)
+    out, lse = reference_attention_flat(p["q"], p["k"], p["v"], p["qo"], p["kv"], **kw)
+    bo, bl = reference_attention_bruteforce(p["q"], p["k"], p["v"], p["qo"], p["kv"], **kw)
+    assert out.dtype == torch.float64 and out.shape == (p["q"].shape[0], H, d_vo)
+    assert lse.shape == (p["q"].shape[0], H)
+    _close(out, bo, "out", seed)
+    _close(lse, bl, "lse", seed)
+    assert torch.isfinite(lse).all()  # every row sees itself
+
+
+@pytest.mark.parametrize("cfg", CONFIGS[:3], ids=[c[0] for c in CONFIGS[:3]])
+@pytest.mark.parametrize("page_size,four_d", [(1, False), (3, False), (4, True), (16, True)])
+@pytest.mark.parametrize("mode", ["causal", "random", "ddtree"])
+def test_paged_reference_matches_bruteforce_and_flat(cfg, page_size, four_d, mode):
+    seed = _seed()
+    rng = random.Random(seed)
+    gen = torch.Generator().manual_seed(seed)
+    name, H, Hkv, d_qk, d_vo, mla = cfg
+    p = make_problem(rng, gen, B=4, H=H, Hkv=Hkv, d_qk=d_qk, d_vo=d_vo, mla=mla, mode=mode, max_prefix=40)
+    kc, vc, ind, idx, kvl = to_paged(rng, gen, p["k"], p["v"], p["kv"], p["kv_lens"], page_size, four_d)
+    kw = dict(tree_mask=p["tree_mask"], causal=p["causal"], head_dim_vo=d_vo if mla else None)
+    ps = None if four_d else page_size
+    out, lse = reference_attention_paged(p["q"], kc, vc, p["qo"], ind, idx, kvl, page_size=ps, **kw)
+    fo, fl = reference_attention_flat(p["q"], p["k"], p["v"], p["qo"], p["kv"], **kw)
+    bo, bl = reference_attention_bruteforce(
+        p["q"], kc, vc, p["qo"], ind, kv_indices=idx, kv_len=kvl, page_size=ps, **kw)
+    _close(out, fo, "paged vs flat out", seed)
+    _close(lse, fl, "paged vs flat lse", seed)
+    _close(out, bo, "paged vs brute out", seed)
+    _close(lse, bl, "paged vs brute lse", seed)
+    # gather reproduces the flat KV exactly
+    kf, find = gather_paged_kv(kc, ind, idx, kvl, page_size=ps)
+    assert torch.equal(kf, p["k"]) and find.tolist() == p["kv"].tolist()
+
+
+def test_against_sdpa_with_dense_mask():
+    """Independent check: torch SDPA with an explicit [q, kv] boolean mask (tests only)."""
+    seed = _seed()
+    rng = random.Random(seed)
+    gen = torch.Generator().manual_seed(seed)
+    H, Hkv, D = 4, 2, 16
+    tree = masks.random_parents("ddtree", 37, rng=rng)
+    prefix = 23
+    qo = torch.tensor([0, 37], dtype=torch.int32)
+    kv = torch.tensor([0, prefix + 37], dtype=torch.int32)
+    bits = masks.from_parents(torch.tensor(tree), qo)
+    q = torch.randn(37, H, D, generator=gen, dtype=torch.float64)
+    k = torch.randn(prefix + 37, Hkv, D, generator=gen, dtype=torch.float64)
+    v = torch.randn(prefix + 37, Hkv, D, generator=gen, dtype=torch.float64)
+    out, lse = reference_attention_flat(q, k, v, qo, kv, tree_mask=bits)
+    dense = torch.cat([torch.ones(37, prefix, dtype=torch.bool), masks.to_dense(bits, qo)[0]], dim=1)
+    kk = k.repeat_interleave(H // Hkv, dim=1).transpose(0, 1)
+    vv = v.repeat_interleave(H // Hkv, dim=1).transpose(0, 1)
+    sd = torch.nn.functional.scaled_dot_product_attention(q.transpose(0, 1), kk, vv, attn_mask=dense)
+    assert torch.allclose(out, sd.transpose(0, 1), atol=1e-10), f"seed={seed}"
+    logits = torch.einsum("qhd,hkd->hqk", q, kk) / math.sqrt(D)
+    ref_lse = torch.logsumexp(logits.masked_fill(~dense, float("-inf")), -1).transpose(0, 1)
+    assert torch.allclose(lse, ref_lse, atol=1e-10), f"seed={seed}"
+
+
+def test_row_that_sees_nothing():
+    q = torch.randn(2, 1, 8, dtype=torch.float64)
+    k = torch.randn(2, 1, 8, dtype=torch.float64)
+    v = torch.randn(2, 1, 8, dtype=torch.float64)
+    qo = torch.tensor([0, 2], dtype=torch.int32)
+    kv = torch.tensor([0, 2], dtype=torch.int32)
+    bits = torch.tensor([[0], [3]], dtype=torch.int32)  # row 0 sees nothing (no prefix)
+    for fn in (reference_attention_flat, reference_attention_bruteforce):
+        out, lse = fn(q, k, v, qo, kv, tree_mask=bits)
+        assert torch.equal(out[0], torch.zeros_like(out[0]))
+        assert lse[0, 0] == float("-inf")
+        assert torch.isfinite(out[1]).all() and torch.isfinite(lse[1]).all()
+
+
+def test_low_precision_inputs_and_float32_compute():
+    q = torch.randn(3, 2, 8).to(torch.bfloat16)
+    k = torch.randn(5, 1, 8).to(torch.bfloat16)
+    qo = torch.tensor([0, 3], dtype=torch.int32)
+    kv = torch.tensor([0, 5], dtype=torch.int32)
+    o64, l64 = reference_attention_flat(q, k, None, qo, kv, causal=True, head_dim_vo=8)
+    o32, l32 = reference_attention_flat(q, k, None, qo, kv, causal=True, head_dim_vo=8,
+                                        compute_dtype=torch.float32)
+    assert o64.dtype == torch.float64 and o32.dtype == torch.float32
+    assert torch.allclose(o64, o32.double(), atol=1e-5)
+
+
+def test_reference_errors():
+    q = torch.randn(3, 2, 8, dtype=torch.float64)
+    k = torch.randn(5, 1, 8, dtype=torch.float64)
+    qo = torch.tensor([0, 3], dtype=torch.int32)
+    kv = torch.tensor([0, 5], dtype=torch.int32)
+    with pytest.raises(ValueError, match="tree_mask:"):
+        reference_attention_flat(q, k, None, qo, kv, head_dim_vo=8)
+    with pytest.raises(ValueError, match="tree_mask:"):
+        reference_attention_flat(q, k, None, qo, kv, causal=True, tree_mask=masks.causal(qo), head_dim_vo=8)
+    with pytest.raises(ValueError, match="head_dim_vo:"):
+        reference_attention_flat(q, k, None, qo, kv, causal=True)  # default 512 > 8
+    with pytest.raises(ValueError, match="kv_indptr: request 0"):
+        reference_attention_flat(q, k, None, qo, torch.tensor([0, 2], dtype=torch.int32), causal=True, head_dim_vo=8)
+    kc = torch.randn(4, 2, 1, 8)
+    with pytest.raises(ValueError, match="kv_indptr: request 0"):
+        gather_paged_kv(kc, torch.tensor([0, 1], dtype=torch.int32), torch.tensor([0], dtype=torch.int32),
+                        torch.tensor([5], dtype=torch.int32))
+    with pytest.raises(ValueError, match="kv_indices:"):
+        gather_paged_kv(kc, torch.tensor([0, 1], dtype=torch.int32), torch.tensor([9], dtype=torch.int32),
+                        torch.tensor([2], dtype=torch.int32))
+    with pytest.raises(ValueError, match="page_size:"):
+        gather_paged_kv(kc, torch.tensor([0, 1], dtype=torch.int32), torch.tensor([0], dtype=torch.int32),
+                        torch.tensor([2], dtype=torch.int32), page_size=4)

@@ -1,0 +1,328 @@
+"""Argument validation of the public API: every error names its argument.
+
+Runs on CPU (dtype, shape, stride and alignment errors are reported before the
+device check, so every message is reachable without a GPU; a fully valid CPU
+call fails with "q: must be a CUDA tensor"), and, when a GPU is present, the
+same cases again on CUDA tensors.
+"""
+
+import pytest
+import torch
+
+import verify_attn
+from verify_attn import masks
+
+DEVICES = [
+    "cpu",
+    pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="needs a GPU")]),
+]
+
+H, HKV, D = 4, 2, 64
+Q_LENS = [2, 4]
+PREFIX = [3, 5]
+
+
+def _qo():
+    return torch.tensor([0, 2, 6], dtype=torch.int32)
+
+
+def flat_args(device):
+    total_q = sum(Q_LENS)
+    kv_rows = total_q + sum(PREFIX)
+    qo = _qo()
+    kv = torch.tensor([0, 5, 14], dtype=torch.int32)
+    parents = torch.tensor([-1, 0, -1, 0, 1, 1], dtype=torch.int32)
+    a = dict(
+        q=torch.randn(total_q, H, D).to(torch.bfloat16),
+        k=torch.randn(kv_rows, HKV, D).to(torch.bfloat16),
+        v=torch.randn(kv_rows, HKV, D).to(torch.bfloat16),
+        qo_indptr=qo,
+        kv_indptr=kv,
+        tree_mask=masks.from_parents(parents, qo),
+    )
+    return {n: t.to(device) for n, t in a.items()}
+
+
+def paged_args(device):
+    total_q = sum(Q_LENS)
+    qo = _qo()
+    parents = torch.tensor([-1, 0, -1, 0, 1, 1], dtype=torch.int32)
+    a = dict(
+        q=torch.randn(total_q, H, D).to(torch.bfloat16),
+        k_cache=torch.randn(6, 4, HKV, D).to(torch.bfloat16),
+        v_cache=torch.randn(6, 4, HKV, D).to(torch.bfloat16),
+        qo_indptr=qo,
+        kv_indptr=torch.tensor([0, 2, 5], dtype=torch.int32),
+        kv_indices=torch.tensor([4, 0, 2, 5, 1], dtype=torch.int32),
+        kv_len=torch.tensor([5, 9], dtype=torch.int32),
+        tree_mask=masks.from_parents(parents, qo),
+    )
+    return {n: t.to(device) for n, t in a.items()}
+
+
+def mla_args(device):
+    total_q = sum(Q_LENS)
+    qo = _qo()
+    a = dict(
+        q=torch.randn(total_q, 16, 576).to(torch.bfloat16),
+        k=torch.randn(14, 1, 576).to(torch.bfloat16),
+        qo_indptr=qo,
+        kv_indptr=torch.tensor([0, 5, 14], dtype=torch.int32),
+    )
+    a = {n: t.to(device) for n, t in a.items()}
+    a["v"] = None
+    a["causal"] = True
+    return a
+
+
+def misaligned(t):
+    """Same shape, contiguous strides, data pointer off by one element (2 bytes)."""
+    buf = torch.zeros(t.numel() + 8, dtype=t.dtype, device=t.device)
+    return buf[1 : 1 + t.numel()].view(t.shape)
+
+
+def row_stride(t, extra):
+    """Same values, token stride increased by `extra` elements."""
+    n = t.shape[0]
+    inner = t[0].numel()
+    buf = torch.zeros(n * (inner + extra), dtype=t.dtype, device=t.device)
+    strides = (inner + extra,) + tuple(t.stride()[1:])
+    out = buf.as_strided(t.shape, strides)
+    out.copy_(t)
+    return out
+
+
+def set_(**kw):
+    def f(a):
+        a.update(kw)
+    return f
+
+
+def mut(name, fn):
+    def f(a):
+        a[name] = fn(a[name])
+    return f
+
+
+def both(*fs):
+    def f(a):
+        for g in fs:
+            g(a)
+    return f
+
+
+# (id, layout, mutation, exception, message regex)
+CASES = [
+    # ---- dtypes -> TypeError
+    ("q_float32", "flat", mut("q", lambda t: t.float()), TypeError, r"^q: expected dtype"),
+    ("q_not_tensor", "flat", set_(q=[1, 2]), TypeError, r"^q: expected a torch.Tensor"),
+    ("k_dtype", "flat", mut("k", lambda t: t.half()), TypeError, r"^k: dtype"),
+    ("v_dtype", "flat", mut("v", lambda t: t.half()), TypeError, r"^v: dtype"),
+    ("qo_indptr_int64", "flat", mut("qo_indptr", lambda t: t.long()), TypeError, r"^qo_indptr: expected dtype torch.int32"),
+    ("kv_indptr_int64", "flat", mut("kv_indptr", lambda t: t.long()), TypeError, r"^kv_indptr: expected dtype torch.int32"),
+    ("tree_mask_int64", "flat", mut("tree_mask", lambda t: t.long()), TypeError, r"^tree_mask: expected dtype"),
+    ("tree_mask_bool", "flat", mut("tree_mask", lambda t: t.bool()), TypeError, r"^tree_mask: expected dtype"),
+    ("out_dtype", "flat", lambda a: a.update(out=torch.empty(6, H, D, dtype=torch.float16, device=a["q"].device)),
+     TypeError, r"^out: dtype"),
+    ("lse_dtype", "flat", lambda a: a.update(lse=torch.empty(6, H, dtype=torch.float16, device=a["q"].device)),
+     TypeError, r"^lse: expected dtype torch.float32"),
+    ("k_cache_dtype", "paged", mut("k_cache", lambda t: t.half()), TypeError, r"^k_cache: dtype"),
+    ("v_cache_dtype", "paged", mut("v_cache", lambda t: t.float()), TypeError, r"^v_cache: dtype"),
+    ("kv_indices_int64", "paged", mut("kv_indices", lambda t: t.long()), TypeError, r"^kv_indices: expected dtype"),
+    ("kv_len_int64", "paged", mut("kv_len", lambda t: t.long()), TypeError, r"^kv_len: expected dtype"),
+    # ---- shapes -> ValueError
+    ("q_2d", "flat", mut("q", lambda t: t.reshape(6, -1)), ValueError, r"^q: expected shape"),
+    ("k_2d", "flat", mut("k", lambda t: t.reshape(14, -1)), ValueError, r"^k: expected shape"),
+    ("k_heads_not_dividing", "flat", both(mut("k", lambda t: t[:, :1].expand(14, 3, D).contiguous()),
+                                          mut("v", lambda t: t[:, :1].expand(14, 3, D).contiguous())),
+     ValueError, r"^k: num_kv_heads 3 must be >= 1 and divide"),
+    ("k_head_dim", "flat", mut("k", lambda t: t[..., :32].contiguous()), ValueError, r"^k: head_dim 32 differs"),
+    ("v_rows", "flat", mut("v", lambda t: t[:10]), ValueError, r"^v: shape"),
+    ("head_dim_vo_mismatch", "flat", set_(head_dim_vo=32), ValueError, r"^head_dim_vo: 32 differs"),
+    ("mla_head_dim_vo_too_big", "mla", set_(head_dim_vo=640), ValueError, r"^head_dim_vo: 640 must be in"),
+    ("mla_default_vo_on_small_head", "flat", set_(v=None), ValueError, r"^head_dim_vo: 512 must be in"),
+    ("qo_indptr_2d", "flat", mut("qo_indptr", lambda t: t.reshape(1, -1)), ValueError, r"^qo_indptr: expected shape"),
+    ("kv_indptr_len", "flat", mut("kv_indptr", lambda t: t[:2]), ValueError, r"^kv_indptr: expected shape \[3\]"),
+    ("qo_indptr_total", "flat", mut("qo_indptr", lambda t: torch.tensor([0, 2, 5], dtype=torch.int32, device=t.device)),
+     ValueError, r"^qo_indptr: must start at 0.*end at q.shape\[0\] = 6"),
+    ("tree_mask_and_causal", "flat", set_(causal=True), ValueError, r"^tree_mask: pass exactly one.*both"),
+    ("neither_mask_nor_causal", "flat", set_(tree_mask=None), ValueError, r"^tree_mask: pass exactly one.*neither"),
+    ("tree_mask_rows", "flat", mut("tree_mask", lambda t: t[:5]), ValueError, r"^tree_mask: expected shape \[total_q=6"),
+    ("tree_mask_1d", "flat", mut("tree_mask", lambda t: t.reshape(-1)), ValueError, r"^tree_mask: expected shape"),
+    ("tree_mask_too_narrow", "flat", set_(max_q_len=40), ValueError, r"^tree_mask: 1 words per row hold 32"),
+    ("max_q_len_too_big", "mla", set_(max_q_len=1025), ValueError, r"^max_q_len: must be in \[0, 1024\]"),
+    ("max_q_len_negative", "mla", set_(max_q_len=-1), ValueError, r"^max_q_len: must be in"),
+    ("max_kv_len_negative", "flat", set_(max_kv_len=-5), ValueError, r"^max_kv_len: must be >= 0"),
+    ("num_splits_negative", "flat", set_(num_splits=-1), ValueError, r"^num_splits: must be >= 0"),
+    ("sm_scale_nan", "flat", set_(sm_scale=float("nan")), ValueError, r"^sm_scale: must be finite and > 0"),
+    ("sm_scale_negative", "flat", set_(sm_scale=-0.1), ValueError, r"^sm_scale: must be finite and > 0"),
+    ("max_q_len_zero", "flat", set_(max_q_len=0), ValueError, r"^max_q_len: must be >= 1 when there are query rows"),
+    ("out_shape", "flat", lambda a: a.update(out=torch.empty(6, H, 32, dtype=torch.bfloat16, device=a["q"].device)),
+     ValueError, r"^out: expected shape"),
+    ("lse_shape", "flat", lambda a: a.update(lse=torch.empty(6, H + 1, dtype=torch.float32, device=a["q"].device)),
+     ValueError, r"^lse: expected shape"),
+    ("page_size_mismatch", "paged", set_(page_size=8), ValueError, r"^page_size: 8 does not match k_cache.shape\[1\] = 4"),
+    ("page_size_zero_3d", "paged", both(mut("k_cache", lambda t: t.reshape(24, HKV, D)),
+                                        mut("v_cache", lambda t: t.reshape(24, HKV, D)), set_(page_size=0)),
+     ValueError, r"^page_size: must be >= 1"),
+    ("k_cache_5d", "paged", mut("k_cache", lambda t: t.unsqueeze(0)), ValueError, r"^k_cache: expected \[num_pages"),
+    ("v_cache_pages", "paged", mut("v_cache", lambda t: t[:5]), ValueError, r"^v_cache: shape"),
+    ("kv_indices_2d", "paged", mut("kv_indices", lambda t: t.reshape(1, -1)), ValueError, r"^kv_indices: expected a 1-D"),
+    ("kv_indices_missing", "paged", set_(kv_indices=None), ValueError, r"^kv_indices: required"),
+    ("kv_len_shape", "paged", mut("kv_len", lambda t: t[:1]), ValueError, r"^kv_len: expected shape \[2\]"),
+    # ---- strides and alignment -> ValueError
+    ("q_last_dim_strided", "flat", mut("q", lambda t: torch.cat([t, t], -1)[..., ::2]), ValueError,
+     r"^q: the last dimension must be contiguous"),
+    ("q_row_stride", "flat", mut("q", lambda t: row_stride(t, 4)), ValueError, r"^q: stride 260 of dim 0 must be a multiple of 8"),
+    ("q_misaligned", "flat", mut("q", misaligned), ValueError, r"^q: data pointer must be 16-byte aligned"),
+    ("k_misaligned", "flat", mut("k", misaligned), ValueError, r"^k: data pointer must be 16-byte aligned"),
+    ("v_misaligned", "flat", mut("v", misaligned), ValueError, r"^v: data pointer must be 16-byte aligned"),
+    ("k_cache_misaligned", "paged", mut("k_cache", misaligned), ValueError, r"^k_cache: data pointer"),
+    ("out_row_stride", "flat", lambda a: a.update(out=row_stride(torch.zeros(6, H, D, dtype=torch.bfloat16, device=a["q"].device), 2)),
+     ValueError, r"^out: stride 258 of dim 0"),
+    ("head_dim_60", "flat", both(*(mut(n, lambda t: t[..., :60].contiguous()) for n in ("q", "k", "v"))),
+     ValueError, r"^q: head_dim 60 must be a multiple of 8"),
+    ("tree_mask_noncontig", "flat", mut("tree_mask", lambda t: torch.cat([t, t], 1)[:, ::2]), ValueError,
+     r"^tree_mask: must be contiguous"),
+    ("qo_indptr_noncontig", "flat", mut("qo_indptr", lambda t: torch.stack([t, t], 1)[:, 0]), ValueError,
+     r"^qo_indptr: must be contiguous"),
+    ("kv_indices_noncontig", "paged", mut("kv_indices", lambda t: torch.stack([t, t], 1)[:, 0]), ValueError,
+     r"^kv_indices: must be contiguous"),
+]
+
+GPU_ONLY_CASES = [
+    ("kv_indptr_on_cpu", "flat", mut("kv_indptr", lambda t: t.cpu()), ValueError, r"^kv_indptr: must be a CUDA tensor"),
+    ("tree_mask_on_cpu", "flat", mut("tree_mask", lambda t: t.cpu()), ValueError, r"^tree_mask: must be a CUDA tensor"),
+    ("k_cache_on_cpu", "paged", mut("k_cache", lambda t: t.cpu()), ValueError, r"^k_cache: must be a CUDA tensor"),
+    ("out_on_cpu", "flat", lambda a: a.update(out=torch.empty(6, H, D, dtype=torch.bfloat16)), ValueError,
+     r"^out: must be a CUDA tensor"),
+]
+
+
+def _call(layout, a):
+    a = dict(a)
+    if layout == "paged":
+        return verify_attn.tree_attention_paged(
+            a.pop("q"), a.pop("k_cache"), a.pop("v_cache"), a.pop("qo_indptr"), a.pop("kv_indptr"),
+            a.pop("kv_indices"), a.pop("kv_len"), **a)
+    return verify_attn.tree_attention_flat(
+        a.pop("q"), a.pop("k"), a.pop("v"), a.pop("qo_indptr"), a.pop("kv_indptr"), **a)
+
+
+def _args(layout, device):
+    return {"flat": flat_args, "paged": paged_args, "mla": mla_args}[layout](device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_validation_error(case, device):
+    name, layout, mutate, exc, match = case
+    a = _args(layout, device)
+    mutate(a)
+    with pytest.raises(exc, match=match):
+        _call("flat" if layout == "mla" else layout, a)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("case", GPU_ONLY_CASES, ids=[c[0] for c in GPU_ONLY_CASES])
+def test_validation_error_mixed_devices(case):
+    name, layout, mutate, exc, match = case
+    a = _args(layout, "cuda")
+    mutate(a)
+    with pytest.raises(exc, match=match):
+        _call(layout, a)
+
+
+@pytest.mark.parametrize("layout", ["flat", "paged", "mla"])
+def test_valid_cpu_call_says_cuda_required(layout):
+    """Valid in every other respect: the device check is the one that fires."""
+    a = _args(layout, "cpu")
+    with pytest.raises(ValueError, match=r"^q: must be a CUDA tensor, got device cpu"):
+        _call("flat" if layout == "mla" else layout, a)
+
+
+def test_valid_cpu_call_with_out_and_lse_says_cuda_required():
+    a = flat_args("cpu")
+    a["out"] = torch.empty(6, H, D, dtype=torch.bfloat16)
+    a["lse"] = torch.empty(6, H, dtype=torch.float32)
+    a["return_lse"] = True
+    with pytest.raises(ValueError, match=r"^q: must be a CUDA tensor"):
+        _call("flat", a)
+
+
+def test_mla_prefix_view_of_k_accepted_as_value():
+    """v = k[..., :512] (SGLang's MLA value view) passes validation like v=None."""
+    a = mla_args("cpu")
+    a["v"] = a["k"][..., :512]
+    a["causal"] = True
+    with pytest.raises(ValueError, match=r"^q: must be a CUDA tensor"):
+        _call("flat", a)
+
+
+def test_uint32_mask_accepted():
+    if not hasattr(torch, "uint32"):
+        pytest.skip("torch without uint32")
+    a = flat_args("cpu")
+    a["tree_mask"] = a["tree_mask"].view(torch.uint32)
+    with pytest.raises(ValueError, match=r"^q: must be a CUDA tensor"):
+        _call("flat", a)
+
+
+def test_fake_tensor_shapes():
+    """The ops' fake implementations give the right output shapes (what torch.compile sees)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    a = flat_args("cpu")
+    with FakeTensorMode() as mode:
+        fa = {n: mode.from_tensor(t) for n, t in a.items()}
+        out, lse = verify_attn.tree_attention_flat(
+            fa["q"], fa["k"], fa["v"], fa["qo_indptr"], fa["kv_indptr"], tree_mask=fa["tree_mask"],
+            max_q_len=4, max_kv_len=9, return_lse=True)
+        assert out.shape == (6, H, D) and out.dtype == torch.bfloat16
+        assert lse.shape == (6, H) and lse.dtype == torch.float32
+        m = mla_args("cpu")
+        fm = {n: (mode.from_tensor(t) if isinstance(t, torch.Tensor) else t) for n, t in m.items()}
+        out = verify_attn.tree_attention_flat(
+            fm["q"], fm["k"], None, fm["qo_indptr"], fm["kv_indptr"], causal=True, max_q_len=4, max_kv_len=9)
+        assert out.shape == (6, 16, 512)
+
+
+def test_compile_fullgraph_traces_on_cpu():
+    """torch.compile(fullgraph=True) traces the API (no graph break); the CPU run then
+    reaches the op and fails with the device error."""
+    a = flat_args("cpu")
+
+    def fn(q, k, v, qo, kv, mask):
+        out, lse = verify_attn.tree_attention_flat(
+            q, k, v, qo, kv, tree_mask=mask, max_q_len=4, max_kv_len=9, return_lse=True)
+        return out.float() * 2, lse
+
+    compiled = torch.compile(fn, fullgraph=True, backend="eager")
+    with pytest.raises(Exception, match=r"q: must be a CUDA tensor"):
+        compiled(a["q"], a["k"], a["v"], a["qo_indptr"], a["kv_indptr"], a["tree_mask"])
+
+
+def test_compile_without_bounds_is_a_clear_error():
+    a = flat_args("cpu")
+
+    def fn(q, k, v, qo, kv, mask):
+        return verify_attn.tree_attention_flat(q, k, v, qo, kv, tree_mask=mask)
+
+    compiled = torch.compile(fn, fullgraph=True, backend="eager")
+    with pytest.raises(Exception, match=r"max_q_len: must be passed explicitly"):
+        compiled(a["q"], a["k"], a["v"], a["qo_indptr"], a["kv_indptr"], a["tree_mask"])
+
+
+def test_plan_info_validates_like_the_launch():
+    a = flat_args("cpu")
+    with pytest.raises(ValueError, match=r"^page_size: only meaningful for the paged layout"):
+        verify_attn.plan_info(a["q"], a["k"], a["v"], a["qo_indptr"], a["kv_indptr"],
+                              tree_mask=a["tree_mask"], page_size=4)
+    with pytest.raises(ValueError, match=r"^q: must be a CUDA tensor"):
+        verify_attn.plan_info(a["q"], a["k"], a["v"], a["qo_indptr"], a["kv_indptr"], tree_mask=a["tree_mask"])
+    p = paged_args("cpu")
+    with pytest.raises(TypeError, match=r"^kv_len: expected dtype"):
+        verify_attn.plan_info(p["q"], p["k_cache"], p["v_cache"], p["qo_indptr"], p["kv_indptr"],
+                              p["kv_indices"], p["kv_len"].long(), tree_mask=p["tree_mask"])

@@ -1,0 +1,755 @@
+"""Public attention API of verify_attn (torch tensors in, torch tensors out).
+
+Semantics are exactly those of ``kernels/verify_attn.h``: request ``i`` has
+``q_len_i = qo_indptr[i+1] - qo_indptr[i]`` draft (query) rows and ``kv_len_i``
+KV rows; the LAST ``q_len_i`` KV rows are the draft tokens themselves, in query
+row order, the first ``kv_len_i - q_len_i`` the committed prefix. Query row
+``t`` sees every prefix row and the draft rows allowed by ``tree_mask`` (see
+:mod:`verify_attn.masks`), or ``c <= t`` with ``causal=True``::
+
+    out[t, h] = softmax(sm_scale * q[t, h] . k[j, hk]) @ v[j, hk]   over visible j
+    lse[t, h] = natural-log log-sum-exp of the scaled logits (fp32)
+
+with ``hk = h // (H / Hkv)``. The LSE is the natural log (FlashAttention and
+FlashMLA convention), NOT FlashInfer's base 2: to merge with FlashInfer states
+multiply by ``1 / ln 2``.
+
+Index tensors follow FlashInfer's naming: ``qo_indptr`` ``[B+1]``; flat layout
+``kv_indptr`` ``[B+1]`` (row offsets into ``k``/``v``); paged layout
+``kv_indptr`` ``[B+1]`` (offsets into ``kv_indices``, in pages), ``kv_indices``
+(page ids) and ``kv_len`` ``[B]`` (KV rows of each request, drafts included).
+
+MLA (absorbed, DeepSeek-V3 / GLM style): pass ``v=None`` (``v_cache=None``); the
+value is the first ``head_dim_vo`` (default 512) values of each K row, e.g. ``q``
+``[T, H, 576]``, ``k`` ``[rows, 1, 576]``. A ``v`` that is a view of the first
+columns of ``k`` (``k[..., :512]``, same storage and strides) is detected and
+treated the same way. Default ``sm_scale`` is ``1 / sqrt(head_dim_qk)``
+(``1/24`` for 576): DeepSeek models use ``1 / sqrt(192)`` times a YaRN factor,
+so pass the model's own scale.
+
+Host synchronization: ``max_q_len`` / ``max_kv_len`` (host upper bounds used to
+plan the launch) are computed from the index tensors when not given, which
+reads device memory (a device->host sync). Pass them explicitly for CUDA graph
+capture and ``torch.compile(fullgraph=True)``; the launch itself never syncs.
+
+Each launch goes through the torch custom ops ``verify_attn::tree_attention``
+(functional, allocates ``out``/``lse``) and ``verify_attn::tree_attention_out``
+(writes caller-provided ``out``/``lse``), both with fake (meta) implementations,
+so ``torch.compile`` traces them and CUDA graphs capture them.
+
+The compiled extension ``verify_attn._C`` is imported lazily, at the first
+launch: importing this module, and all argument validation, work without it.
+"""
+
+import math
+from typing import Optional, Tuple, Union
+
+import torch
+
+__all__ = [
+    "tree_attention_flat",
+    "tree_attention_paged",
+    "plan_info",
+    "MAX_Q_LEN",
+]
+
+MAX_Q_LEN = 1024
+_KV_FLAT = 0
+_KV_PAGED = 1
+
+_FLOAT_DTYPES = (torch.float16, torch.bfloat16)
+_UINT32 = getattr(torch, "uint32", None)
+_MASK_DTYPES = (torch.int32,) + ((_UINT32,) if _UINT32 is not None else ())
+
+TensorOrPair = Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]
+
+
+def _load_C():
+    from . import _ext  # noqa: PLC0415
+
+    return _ext.load()
+
+
+def _is_compiling() -> bool:
+    fn = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    if fn is None:  # torch < 2.3
+        fn = getattr(getattr(torch, "_dynamo", None), "is_compiling", None)
+    return bool(fn()) if fn is not None else False
+
+
+def _is_capturing() -> bool:
+    try:
+        return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    except Exception:  # pragma: no cover
+        return False
+
+
+# ---------------------------------------------------------------------------
+# validation, part 1 (trace-safe: dtypes and shapes only; runs in the public
+# functions, also under torch.compile)
+
+
+def _check_tensor(x, name: str, optional: bool = False) -> None:
+    if x is None and optional:
+        return
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+
+
+def _check_dtypes(names, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, out, lse):
+    nk, nv = names
+    _check_tensor(q, "q")
+    _check_tensor(k, nk)
+    _check_tensor(v, nv, optional=True)
+    _check_tensor(qo_indptr, "qo_indptr")
+    _check_tensor(kv_indptr, "kv_indptr")
+    if q.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"q: expected dtype torch.float16 or torch.bfloat16, got {q.dtype}")
+    if k.dtype != q.dtype:
+        raise TypeError(f"{nk}: dtype {k.dtype} differs from q's {q.dtype} (q, k, v must share one of fp16/bf16)")
+    if v is not None and v.dtype != q.dtype:
+        raise TypeError(f"{nv}: dtype {v.dtype} differs from q's {q.dtype} (q, k, v must share one of fp16/bf16)")
+    for t, n in ((qo_indptr, "qo_indptr"), (kv_indptr, "kv_indptr"), (kv_indices, "kv_indices"), (kv_len, "kv_len")):
+        if t is None:
+            continue
+        _check_tensor(t, n)
+        if t.dtype != torch.int32:
+            raise TypeError(f"{n}: expected dtype torch.int32, got {t.dtype}")
+    if tree_mask is not None:
+        _check_tensor(tree_mask, "tree_mask")
+        if tree_mask.dtype not in _MASK_DTYPES:
+            raise TypeError(
+                f"tree_mask: expected dtype torch.int32 (bit pattern) or torch.uint32, got {tree_mask.dtype}"
+            )
+    if out is not None:
+        _check_tensor(out, "out")
+        if out.dtype != q.dtype:
+            raise TypeError(f"out: dtype {out.dtype} differs from q's {q.dtype}")
+    if lse is not None:
+        _check_tensor(lse, "lse")
+        if lse.dtype != torch.float32:
+            raise TypeError(f"lse: expected dtype torch.float32, got {lse.dtype}")
+
+
+def _check_shapes(
+    paged, names, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size,
+    tree_mask, causal, sm_scale, head_dim_vo, num_splits, out, lse,
+):
+    """Returns (page_size, head_dim_vo, sm_scale)."""
+    nk, nv = names
+    if q.dim() != 3:
+        raise ValueError(f"q: expected shape [total_q, num_qo_heads, head_dim_qk], got {tuple(q.shape)}")
+    total_q, H, d_qk = q.shape
+    if H < 1:
+        raise ValueError("q: num_qo_heads must be >= 1")
+    if d_qk < 1:
+        raise ValueError("q: head_dim_qk must be >= 1")
+    if paged:
+        if k.dim() == 4:
+            ps = k.shape[1]
+            if page_size is not None and int(page_size) != ps:
+                raise ValueError(f"page_size: {page_size} does not match {nk}.shape[1] = {ps}")
+            if ps < 1:
+                raise ValueError(f"{nk}: page_size (shape[1]) must be >= 1")
+        elif k.dim() == 3:
+            ps = 1 if page_size is None else int(page_size)
+            if ps < 1:
+                raise ValueError(f"page_size: must be >= 1, got {ps}")
+        else:
+            raise ValueError(
+                f"{nk}: expected [num_pages, page_size, num_kv_heads, head_dim] or "
+                f"[slots, num_kv_heads, head_dim], got {tuple(k.shape)}"
+            )
+    else:
+        if page_size is not None:
+            raise ValueError("page_size: only meaningful for the paged layout")
+        if k.dim() != 3:
+            raise ValueError(f"{nk}: expected shape [rows, num_kv_heads, head_dim_qk], got {tuple(k.shape)}")
+        ps = 1
+    Hkv = k.shape[-2]
+    if Hkv < 1 or H % Hkv != 0:
+        raise ValueError(f"{nk}: num_kv_heads {Hkv} must be >= 1 and divide num_qo_heads {H}")
+    if k.shape[-1] != d_qk:
+        raise ValueError(f"{nk}: head_dim {k.shape[-1]} differs from q's head_dim_qk {d_qk}")
+    if v is None:
+        d_vo = 512 if head_dim_vo is None else int(head_dim_vo)
+        if d_vo < 1 or d_vo > d_qk:
+            raise ValueError(
+                f"head_dim_vo: {d_vo} must be in [1, head_dim_qk={d_qk}] when {nv} is None "
+                f"(MLA: the value is the first head_dim_vo values of the K row)"
+            )
+    else:
+        if v.dim() != k.dim() or tuple(v.shape[:-1]) != tuple(k.shape[:-1]):
+            raise ValueError(
+                f"{nv}: shape {tuple(v.shape)} must match {nk}'s {tuple(k.shape)} in every dim but the last"
+            )
+        d_vo = v.shape[-1]
+        if head_dim_vo is not None and int(head_dim_vo) != d_vo:
+            raise ValueError(f"head_dim_vo: {head_dim_vo} differs from {nv}.shape[-1] = {d_vo}")
+        if d_vo < 1:
+            raise ValueError(f"{nv}: head_dim must be >= 1")
+    if qo_indptr.dim() != 1 or qo_indptr.shape[0] < 1:
+        raise ValueError(f"qo_indptr: expected shape [batch_size + 1], got {tuple(qo_indptr.shape)}")
+    B = qo_indptr.shape[0] - 1
+    if kv_indptr.dim() != 1 or kv_indptr.shape[0] != B + 1:
+        raise ValueError(
+            f"kv_indptr: expected shape [{B + 1}] (batch_size + 1, like qo_indptr), got {tuple(kv_indptr.shape)}"
+        )
+    if paged:
+        if kv_indices is None:
+            raise ValueError("kv_indices: required for the paged layout")
+        if kv_len is None:
+            raise ValueError("kv_len: required for the paged layout")
+        if kv_indices.dim() != 1:
+            raise ValueError(f"kv_indices: expected a 1-D tensor of page ids, got {tuple(kv_indices.shape)}")
+        if kv_len.dim() != 1 or kv_len.shape[0] != B:
+            raise ValueError(f"kv_len: expected shape [{B}] (batch_size), got {tuple(kv_len.shape)}")
+    if (tree_mask is None) == (not causal):
+        raise ValueError(
+            "tree_mask: pass exactly one of tree_mask (a [total_q, W] bit mask) and causal=True"
+            + (" (both were given)" if causal else " (neither was given)")
+        )
+    if tree_mask is not None:
+        if tree_mask.dim() != 2 or tree_mask.shape[0] != total_q or tree_mask.shape[1] < 1:
+            raise ValueError(
+                f"tree_mask: expected shape [total_q={total_q}, W >= 1], got {tuple(tree_mask.shape)}"
+            )
+    if sm_scale is None:
+        scale = 1.0 / math.sqrt(d_qk)
+    else:
+        scale = float(sm_scale)
+        if not (math.isfinite(scale) and scale > 0.0):
+            raise ValueError(f"sm_scale: must be finite and > 0, got {sm_scale}")
+    if int(num_splits) < 0:
+        raise ValueError(f"num_splits: must be >= 0 (0 = automatic), got {num_splits}")
+    if out is not None and tuple(out.shape) != (total_q, H, d_vo):
+        raise ValueError(f"out: expected shape {(total_q, H, d_vo)}, got {tuple(out.shape)}")
+    if lse is not None and tuple(lse.shape) != (total_q, H):
+        raise ValueError(f"lse: expected shape {(total_q, H)}, got {tuple(lse.shape)}")
+    return ps, d_vo, scale
+
+
+def _resolve_bounds(paged, q, qo_indptr, kv_indptr, kv_len, max_q_len, max_kv_len, tree_mask):
+    """Host bounds max_q_len / max_kv_len (computed with a host sync when None)."""
+    need_q = max_q_len is None
+    need_kv = max_kv_len is None
+    if need_q or need_kv:
+        if _is_capturing() or _is_compiling():
+            missing = "max_q_len" if need_q else "max_kv_len"
+            raise ValueError(
+                f"{missing}: must be passed explicitly during CUDA graph capture and under torch.compile "
+                "(computing it reads the index tensors on the host)"
+            )
+    if need_q:
+        qo = qo_indptr.tolist()
+        max_q_len = max([0] + [qo[i + 1] - qo[i] for i in range(len(qo) - 1)])
+        if qo[0] != 0 or qo[-1] != q.shape[0] or any(qo[i + 1] < qo[i] for i in range(len(qo) - 1)):
+            raise ValueError(
+                f"qo_indptr: must start at 0, be non-decreasing and end at q.shape[0] = {q.shape[0]}; "
+                f"got first {qo[0]}, last {qo[-1]}"
+            )
+    if need_kv:
+        if paged:
+            max_kv_len = max([0] + [int(x) for x in kv_len.tolist()])
+        else:
+            kv = kv_indptr.tolist()
+            max_kv_len = max([0] + [kv[i + 1] - kv[i] for i in range(len(kv) - 1)])
+    max_q_len = int(max_q_len)
+    max_kv_len = int(max_kv_len)
+    if max_q_len < 0 or max_q_len > MAX_Q_LEN:
+        raise ValueError(f"max_q_len: must be in [0, {MAX_Q_LEN}], got {max_q_len}")
+    if max_q_len < 1 and q.shape[0] > 0:
+        raise ValueError(f"max_q_len: must be >= 1 when there are query rows (q.shape[0] = {q.shape[0]})")
+    if max_kv_len < 0:
+        raise ValueError(f"max_kv_len: must be >= 0, got {max_kv_len}")
+    if tree_mask is not None and tree_mask.shape[1] * 32 < max_q_len:
+        raise ValueError(
+            f"tree_mask: {tree_mask.shape[1]} words per row hold {tree_mask.shape[1] * 32} draft tokens, "
+            f"but max_q_len is {max_q_len} (needs >= {(max_q_len + 31) // 32} words)"
+        )
+    return max_q_len, max_kv_len
+
+
+# ---------------------------------------------------------------------------
+# validation, part 2 (needs real tensors: strides, alignment, devices; runs
+# inside the custom op's implementation)
+
+
+def _names(kv_layout: int):
+    return ("k_cache", "v_cache") if kv_layout == _KV_PAGED else ("k", "v")
+
+
+def _v_is_k_prefix_view(k: torch.Tensor, v: torch.Tensor) -> bool:
+    return (
+        v.data_ptr() == k.data_ptr()
+        and v.device == k.device
+        and v.shape[-1] < k.shape[-1]
+        and tuple(v.shape[:-1]) == tuple(k.shape[:-1])
+        and all(v.stride(d) == k.stride(d) for d in range(k.dim() - 1) if k.shape[d] > 1)
+    )
+
+
+def _check_rows(t: torch.Tensor, name: str) -> None:
+    """Last dim contiguous, row strides multiples of 8 elements, 16-byte aligned."""
+    if t.shape[-1] % 8 != 0:
+        raise ValueError(
+            f"{name}: head_dim {t.shape[-1]} must be a multiple of 8 (rows of 16-byte vectors)"
+        )
+    if t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise ValueError(f"{name}: the last dimension must be contiguous (stride 1), got stride {t.stride(-1)}")
+    for d in range(t.dim() - 1):
+        if t.shape[d] > 1 and t.stride(d) % 8 != 0:
+            raise ValueError(
+                f"{name}: stride {t.stride(d)} of dim {d} must be a multiple of 8 elements (16 bytes); "
+                f"strides {tuple(t.stride())}"
+            )
+    if t.numel() and t.data_ptr() % 16 != 0:
+        raise ValueError(f"{name}: data pointer must be 16-byte aligned (got address % 16 = {t.data_ptr() % 16})")
+
+
+def _check_contig(t: Optional[torch.Tensor], name: str) -> None:
+    if t is not None and not t.is_contiguous():
+        raise ValueError(f"{name}: must be contiguous")
+
+
+def _check_strides(kv_layout, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, out, lse):
+    nk, nv = _names(kv_layout)
+    _check_rows(q, "q")
+    _check_rows(k, nk)
+    if v is not None and not _v_is_k_prefix_view(k, v):
+        _check_rows(v, nv)
+    if out is not None:
+        _check_rows(out, "out")
+    for t, n in ((qo_indptr, "qo_indptr"), (kv_indptr, "kv_indptr"), (kv_indices, "kv_indices"),
+                 (kv_len, "kv_len"), (tree_mask, "tree_mask")):
+        _check_contig(t, n)
+
+
+def _check_devices(kv_layout, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, out, lse):
+    nk, nv = _names(kv_layout)
+    if q.device.type != "cuda":
+        raise ValueError(f"q: must be a CUDA tensor, got device {q.device}")
+    for t, n in ((k, nk), (v, nv), (qo_indptr, "qo_indptr"), (kv_indptr, "kv_indptr"),
+                 (kv_indices, "kv_indices"), (kv_len, "kv_len"), (tree_mask, "tree_mask"),
+                 (out, "out"), (lse, "lse")):
+        if t is None:
+            continue
+        if t.device.type != "cuda":
+            raise ValueError(f"{n}: must be a CUDA tensor, got device {t.device}")
+        if t.device != q.device:
+            raise ValueError(f"{n}: must be on q's device {q.device}, got {t.device}")
+
+
+# ---------------------------------------------------------------------------
+# params and launch
+
+
+def _st(t: torch.Tensor, d: int) -> int:
+    """Stride of dim d; for a size-1 dim (stride irrelevant) the contiguous stride."""
+    if t.shape[d] > 1:
+        return int(t.stride(d))
+    s = 1
+    for e in range(d + 1, t.dim()):
+        s *= int(t.shape[e])
+    return s
+
+
+def _build_params(
+    _C, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, kv_layout, page_size,
+    causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out, lse,
+):
+    p = _C.Params()
+    p.dtype = _C.DTYPE_BF16 if q.dtype == torch.bfloat16 else _C.DTYPE_FP16
+    paged = kv_layout == _KV_PAGED
+    p.kv_layout = _C.KV_PAGED if paged else _C.KV_FLAT
+    p.mask_mode = _C.MASK_CAUSAL if causal else _C.MASK_TREE
+    p.batch_size = qo_indptr.shape[0] - 1
+    p.total_q = q.shape[0]
+    p.max_q_len = int(max_q_len)
+    p.max_kv_len = int(max_kv_len)
+    p.num_qo_heads = q.shape[1]
+    p.head_dim_qk = q.shape[2]
+    p.head_dim_vo = int(head_dim_vo)
+    p.sm_scale = float(sm_scale)
+
+    p.q = q.data_ptr()
+    p.q_stride_token = _st(q, 0)
+    p.q_stride_head = _st(q, 1)
+
+    mla = v is None or _v_is_k_prefix_view(k, v)
+    vv = k if mla else v
+    p.v_is_k_prefix = 1 if mla else 0
+    if paged:
+        if k.dim() == 4:
+            p.num_kv_heads = k.shape[2]
+            p.page_size = k.shape[1]
+            p.num_pages = k.shape[0]
+            p.k_stride_page, p.k_stride_token, p.k_stride_head = _st(k, 0), _st(k, 1), _st(k, 2)
+            p.v_stride_page, p.v_stride_token, p.v_stride_head = _st(vv, 0), _st(vv, 1), _st(vv, 2)
+        else:  # [slots, Hkv, D] viewed as pages of page_size consecutive slots
+            ps = int(page_size)
+            p.num_kv_heads = k.shape[1]
+            p.page_size = ps
+            p.num_pages = k.shape[0] // ps
+            p.k_stride_page, p.k_stride_token, p.k_stride_head = ps * _st(k, 0), _st(k, 0), _st(k, 1)
+            p.v_stride_page, p.v_stride_token, p.v_stride_head = ps * _st(vv, 0), _st(vv, 0), _st(vv, 1)
+        p.kv_indices = kv_indices.data_ptr()
+        p.kv_len = kv_len.data_ptr()
+    else:
+        p.num_kv_heads = k.shape[1]
+        p.num_kv_rows = k.shape[0]
+        p.k_stride_page, p.k_stride_token, p.k_stride_head = 0, _st(k, 0), _st(k, 1)
+        p.v_stride_page, p.v_stride_token, p.v_stride_head = 0, _st(vv, 0), _st(vv, 1)
+    p.k = k.data_ptr()
+    p.v = vv.data_ptr()
+
+    p.out = out.data_ptr()
+    p.out_stride_token = _st(out, 0)
+    p.out_stride_head = _st(out, 1)
+    if lse is not None and lse.numel() > 0:
+        p.lse = lse.data_ptr()
+        p.lse_stride_token = _st(lse, 0)
+        p.lse_stride_head = _st(lse, 1)
+    else:
+        p.lse = 0
+
+    p.qo_indptr = qo_indptr.data_ptr()
+    p.kv_indptr = kv_indptr.data_ptr()
+    if tree_mask is not None and not causal:
+        p.tree_mask = tree_mask.data_ptr()
+        p.mask_words = tree_mask.shape[1]
+    else:
+        p.tree_mask = 0
+        p.mask_words = 0
+    p.num_splits = int(num_splits)
+    p.error_word = 0
+    p.stream = torch.cuda.current_stream(q.device).cuda_stream
+    return p
+
+
+def _launch(
+    q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, kv_layout, page_size,
+    causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out, lse,
+) -> None:
+    tensors = (q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, out, lse)
+    _check_strides(kv_layout, *tensors)
+    _check_devices(kv_layout, *tensors)
+    if q.shape[0] == 0 or qo_indptr.shape[0] <= 1:
+        return  # nothing to compute
+    _C = _load_C()
+    with torch.cuda.device(q.device):
+        p = _build_params(
+            _C, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, kv_layout, page_size,
+            causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out, lse,
+        )
+        ws_bytes = int(_C.workspace_size(p))
+        if ws_bytes > 0:
+            ws = torch.empty(ws_bytes, dtype=torch.uint8, device=q.device)
+            p.workspace = ws.data_ptr()
+            p.workspace_bytes = ws_bytes
+        _C.attention(p)
+        # ws is released to the caching allocator after the launch was enqueued on
+        # the current stream; stream-ordered reuse keeps this safe.
+
+
+# ---------------------------------------------------------------------------
+# custom ops
+
+
+@torch.library.custom_op("verify_attn::tree_attention", mutates_args=())
+def _tree_attention_op(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: Optional[torch.Tensor],
+    qo_indptr: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    kv_indices: Optional[torch.Tensor],
+    kv_len: Optional[torch.Tensor],
+    tree_mask: Optional[torch.Tensor],
+    kv_layout: int,
+    page_size: int,
+    causal: bool,
+    sm_scale: float,
+    head_dim_vo: int,
+    max_q_len: int,
+    max_kv_len: int,
+    num_splits: int,
+    return_lse: bool,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    total_q, H = q.shape[0], q.shape[1]
+    out = torch.empty((total_q, H, head_dim_vo), dtype=q.dtype, device=q.device)
+    lse = torch.empty((total_q, H) if return_lse else (0,), dtype=torch.float32, device=q.device)
+    _launch(
+        q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, kv_layout, page_size,
+        causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out,
+        lse if return_lse else None,
+    )
+    return out, lse
+
+
+@_tree_attention_op.register_fake
+def _tree_attention_fake(
+    q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, kv_layout, page_size,
+    causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, return_lse,
+):
+    total_q, H = q.shape[0], q.shape[1]
+    out = q.new_empty((total_q, H, head_dim_vo))
+    lse = q.new_empty((total_q, H) if return_lse else (0,), dtype=torch.float32)
+    return out, lse
+
+
+@torch.library.custom_op("verify_attn::tree_attention_out", mutates_args=("out", "lse"))
+def _tree_attention_out_op(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: Optional[torch.Tensor],
+    qo_indptr: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    kv_indices: Optional[torch.Tensor],
+    kv_len: Optional[torch.Tensor],
+    tree_mask: Optional[torch.Tensor],
+    kv_layout: int,
+    page_size: int,
+    causal: bool,
+    sm_scale: float,
+    head_dim_vo: int,
+    max_q_len: int,
+    max_kv_len: int,
+    num_splits: int,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+) -> None:
+    """``lse`` with zero elements means: do not write an LSE."""
+    _launch(
+        q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, kv_layout, page_size,
+        causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out,
+        lse if lse.numel() > 0 else None,
+    )
+
+
+@_tree_attention_out_op.register_fake
+def _tree_attention_out_fake(
+    q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, kv_layout, page_size,
+    causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out, lse,
+):
+    return None
+
+
+# ---------------------------------------------------------------------------
+# public API
+
+
+def _prepare(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tree_mask,
+             causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out, lse):
+    names = ("k_cache", "v_cache") if paged else ("k", "v")
+    _check_dtypes(names, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, out, lse)
+    ps, d_vo, scale = _check_shapes(
+        paged, names, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size,
+        tree_mask, causal, sm_scale, head_dim_vo, num_splits, out, lse,
+    )
+    mq, mkv = _resolve_bounds(paged, q, qo_indptr, kv_indptr, kv_len, max_q_len, max_kv_len, tree_mask)
+    return ps, d_vo, scale, mq, mkv
+
+
+def _run(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tree_mask, causal,
+         sm_scale, head_dim_vo, max_q_len, max_kv_len, return_lse, num_splits, out, lse):
+    ps, d_vo, scale, mq, mkv = _prepare(
+        paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tree_mask,
+        causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out, lse,
+    )
+    layout = _KV_PAGED if paged else _KV_FLAT
+    causal = bool(causal)
+    if out is None and lse is None:
+        o, l = torch.ops.verify_attn.tree_attention(
+            q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, layout, ps,
+            causal, scale, d_vo, mq, mkv, int(num_splits), bool(return_lse),
+        )
+        return (o, l) if return_lse else o
+    if out is None:
+        out = torch.empty((q.shape[0], q.shape[1], d_vo), dtype=q.dtype, device=q.device)
+    if lse is None and return_lse:
+        lse = torch.empty((q.shape[0], q.shape[1]), dtype=torch.float32, device=q.device)
+    lse_arg = lse if lse is not None else torch.empty((0,), dtype=torch.float32, device=q.device)
+    torch.ops.verify_attn.tree_attention_out(
+        q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, layout, ps,
+        causal, scale, d_vo, mq, mkv, int(num_splits), out, lse_arg,
+    )
+    return (out, lse) if return_lse else out
+
+
+def tree_attention_flat(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: Optional[torch.Tensor],
+    qo_indptr: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    *,
+    tree_mask: Optional[torch.Tensor] = None,
+    causal: bool = False,
+    sm_scale: Optional[float] = None,
+    head_dim_vo: Optional[int] = None,
+    max_q_len: Optional[int] = None,
+    max_kv_len: Optional[int] = None,
+    return_lse: bool = False,
+    num_splits: int = 0,
+    out: Optional[torch.Tensor] = None,
+    lse: Optional[torch.Tensor] = None,
+) -> TensorOrPair:
+    """Tree-verify attention over a flat (request-contiguous) KV layout.
+
+    Args:
+      q: ``[total_q, H, D_qk]`` fp16/bf16 CUDA tensor; rows ``qo_indptr[i] ..
+        qo_indptr[i+1]`` are request ``i``'s draft tokens.
+      k: ``[rows, Hkv, D_qk]``, same dtype; KV row ``j`` of request ``i`` is
+        ``k[kv_indptr[i] + j]``; the last ``q_len_i`` rows of each request are its
+        drafts (in query order). ``H % Hkv == 0``.
+      v: ``[rows, Hkv, D_vo]``, or None for MLA (value = ``k[..., :head_dim_vo]``).
+      qo_indptr: ``[B + 1]`` int32 (``total_q = qo_indptr[B] = q.shape[0]``).
+      kv_indptr: ``[B + 1]`` int32 row offsets into ``k``/``v``;
+        ``kv_len_i = kv_indptr[i+1] - kv_indptr[i] >= q_len_i``.
+      tree_mask: int32 (bit pattern) or uint32 ``[total_q, W]``, contiguous,
+        ``W >= ceil(max_q_len / 32)``; see :mod:`verify_attn.masks`.
+      causal: chain mode instead of ``tree_mask`` (exactly one of the two).
+      sm_scale: logit scale; default ``1 / sqrt(D_qk)``.
+      head_dim_vo: MLA value width (default 512 when ``v`` is None); must equal
+        ``v.shape[-1]`` otherwise.
+      max_q_len: host upper bound of every ``q_len_i`` (<= 1024). Computed from
+        ``qo_indptr`` when None: a device->host sync; required under CUDA graph
+        capture and ``torch.compile``.
+      max_kv_len: host upper bound of every ``kv_len_i`` (planning of the split
+        count). Same rules as ``max_q_len``.
+      return_lse: also return the fp32 ``[total_q, H]`` natural-log LSE.
+      num_splits: 0 = automatic; >= 1 forces the split-K count.
+      out: optional preallocated ``[total_q, H, D_vo]`` (q's dtype) to write.
+      lse: optional preallocated fp32 ``[total_q, H]`` to write (any strides).
+
+    Returns:
+      ``out`` ``[total_q, H, D_vo]`` in q's dtype, or ``(out, lse)`` when
+      ``return_lse``.
+
+    Raises:
+      TypeError: a dtype is wrong (q/k/v not one shared fp16/bf16 dtype, an index
+        tensor not int32, tree_mask not int32/uint32, out/lse dtype); the message
+        starts with the argument's name.
+      ValueError: a shape, stride, alignment (last dim contiguous, other strides
+        multiples of 8 elements, data 16-byte aligned, index tensors and
+        tree_mask contiguous) or device (all CUDA, all on q's device) problem,
+        both/neither of tree_mask/causal, a too narrow tree_mask, bad bounds;
+        message starts with the argument's name.
+      NotImplementedError: a valid configuration the library was not built for
+        (head dims, arch); RuntimeError: CUDA errors (from the extension).
+    """
+    return _run(False, q, k, v, qo_indptr, kv_indptr, None, None, None, tree_mask, causal,
+                sm_scale, head_dim_vo, max_q_len, max_kv_len, return_lse, num_splits, out, lse)
+
+
+def tree_attention_paged(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: Optional[torch.Tensor],
+    qo_indptr: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    kv_indices: torch.Tensor,
+    kv_len: torch.Tensor,
+    *,
+    page_size: Optional[int] = None,
+    tree_mask: Optional[torch.Tensor] = None,
+    causal: bool = False,
+    sm_scale: Optional[float] = None,
+    head_dim_vo: Optional[int] = None,
+    max_q_len: Optional[int] = None,
+    max_kv_len: Optional[int] = None,
+    return_lse: bool = False,
+    num_splits: int = 0,
+    out: Optional[torch.Tensor] = None,
+    lse: Optional[torch.Tensor] = None,
+) -> TensorOrPair:
+    """Tree-verify attention over a paged KV cache.
+
+    KV row ``j`` of request ``i`` lives in page ``kv_indices[kv_indptr[i] + j // page_size]``
+    at slot ``j % page_size``; the last ``q_len_i`` rows of each request are its
+    drafts (already written to the cache), in query order.
+
+    Args:
+      q: ``[total_q, H, D_qk]`` fp16/bf16 CUDA tensor.
+      k_cache: ``[num_pages, page_size, Hkv, D_qk]`` (page size inferred), or
+        ``[slots, Hkv, D_qk]`` (page size = ``page_size`` or 1; page ``p`` is
+        slots ``p * page_size ..``; SGLang's token pool with page size 1).
+      v_cache: same layout with ``D_vo``, or None for MLA (value = first
+        ``head_dim_vo`` values of the K row; a ``k_cache[..., :512]`` view is
+        detected as MLA too).
+      qo_indptr: ``[B + 1]`` int32.
+      kv_indptr: ``[B + 1]`` int32 offsets into ``kv_indices`` (in pages).
+      kv_indices: int32 page ids, ``>= kv_indptr[B]`` entries.
+      kv_len: ``[B]`` int32 KV rows per request (prefix + drafts), ``>= q_len_i``.
+      page_size: see ``k_cache``; must match ``k_cache.shape[1]`` for a 4-D cache.
+      other arguments: as in :func:`tree_attention_flat`; ``max_kv_len`` is
+        computed from ``kv_len`` when None (host sync).
+
+    Returns:
+      ``out`` or ``(out, lse)`` as in :func:`tree_attention_flat`.
+
+    Raises:
+      As :func:`tree_attention_flat`; names are ``k_cache``/``v_cache``/
+      ``kv_indices``/``kv_len``/``page_size`` for the paged arguments.
+    """
+    return _run(True, q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, kv_len, page_size,
+                tree_mask, causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, return_lse,
+                num_splits, out, lse)
+
+
+def plan_info(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: Optional[torch.Tensor],
+    qo_indptr: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    kv_indices: Optional[torch.Tensor] = None,
+    kv_len: Optional[torch.Tensor] = None,
+    *,
+    page_size: Optional[int] = None,
+    tree_mask: Optional[torch.Tensor] = None,
+    causal: bool = False,
+    sm_scale: Optional[float] = None,
+    head_dim_vo: Optional[int] = None,
+    max_q_len: Optional[int] = None,
+    max_kv_len: Optional[int] = None,
+    return_lse: bool = False,
+    num_splits: int = 0,
+) -> dict:
+    """Which kernel configuration a call with these arguments would run (nothing is launched).
+
+    Paged layout when ``kv_indices`` is given (then ``k``/``v`` are the caches and
+    ``kv_len`` is required), flat otherwise. Arguments and validation as in
+    :func:`tree_attention_flat` / :func:`tree_attention_paged`.
+
+    Returns:
+      dict with the extension's ``query_config`` fields (``name``, ``tile_m``,
+      ``tile_n``, ``num_warps``, ``num_stages``, ``num_splits``, ``smem_bytes``,
+      ``sm_arch``) plus ``workspace_bytes``, ``max_q_len``, ``max_kv_len``,
+      ``kv_layout`` ("flat"/"paged"), ``v_is_k_prefix``.
+    """
+    paged = kv_indices is not None
+    ps, d_vo, scale, mq, mkv = _prepare(
+        paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tree_mask,
+        causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, None, None,
+    )
+    layout = _KV_PAGED if paged else _KV_FLAT
+    out = torch.empty((q.shape[0], q.shape[1], d_vo), dtype=q.dtype, device=q.device)
+    lse = torch.empty((q.shape[0], q.shape[1]), dtype=torch.float32, device=q.device) if return_lse else None
+    tensors = (q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, out, lse)
+    _check_strides(layout, *tensors)
+    _check_devices(layout, *tensors)
+    _C = _load_C()
+    with torch.cuda.device(q.device):
+        p = _build_params(
+            _C, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, layout, ps,
+            bool(causal), scale, d_vo, mq, mkv, int(num_splits), out, lse,
+        )
+        info = dict(_C.query_config(p))
+        info["workspace_bytes"] = int(_C.workspace_size(p))
+    info["max_q_len"] = mq
+    info["max_kv_len"] = mkv
+    info["kv_layout"] = "paged" if paged else "flat"
+    info["v_is_k_prefix"] = int(p.v_is_k_prefix)
+    return info

@@ -1,0 +1,338 @@
+"""PyTorch reference of the verify_attn semantics (``kernels/verify_attn.h``).
+
+Computes, in float64 by default, on CPU or GPU::
+
+    out[t, h, :] = softmax_j(sm_scale * q[t, h, :D_qk] . k[j, hk, :D_qk]) @ v[j, hk, :D_vo]
+    lse[t, h]    = log(sum_j exp(sm_scale * q[t, h] . k[j, hk]))      (natural log)
+
+over the visible KV rows ``j`` of the request: every prefix row, and the draft
+rows allowed by the tree mask (or ``c <= t`` in causal mode). ``hk = h // (H / Hkv)``.
+MLA (``v is None``): the value is the first ``head_dim_vo`` values of the K row.
+A row that sees nothing gets ``out = 0``, ``lse = -inf``.
+
+Layout naming follows FlashInfer (``qo_indptr``, ``kv_indptr``, ``kv_indices``);
+the LSE convention follows FlashAttention/FlashMLA (natural log), not
+FlashInfer's base 2.
+
+The vectorized reference forms the logits ``[H, q_len, kv_len]`` of one request
+at a time, but never a ``q_len x kv_len`` mask: only the last ``q_len`` columns
+are masked, with the ``[q_len, q_len]`` ancestor matrix.
+"""
+
+import math
+from typing import Optional, Tuple
+
+import torch
+
+from . import masks as _masks
+
+__all__ = [
+    "gather_paged_kv",
+    "reference_attention_flat",
+    "reference_attention_paged",
+    "reference_attention_bruteforce",
+]
+
+
+def _page_view(cache: torch.Tensor, page_size: Optional[int], name: str) -> Tuple[torch.Tensor, int]:
+    """[num_pages, page_size, Hkv, D] or [slots, Hkv, D] -> ([num_pages*page_size, Hkv, D], page_size)."""
+    if cache.dim() == 4:
+        ps = cache.shape[1]
+        if page_size is not None and int(page_size) != ps:
+            raise ValueError(f"page_size: {page_size} does not match {name}.shape[1] = {ps}")
+        return cache.reshape(-1, cache.shape[2], cache.shape[3]), ps
+    if cache.dim() == 3:
+        ps = 1 if page_size is None else int(page_size)
+        if ps < 1:
+            raise ValueError(f"page_size: must be >= 1, got {ps}")
+        usable = (cache.shape[0] // ps) * ps
+        return cache[:usable], ps
+    raise ValueError(f"{name}: expected [num_pages, page_size, Hkv, D] or [slots, Hkv, D], got {tuple(cache.shape)}")
+
+
+def gather_paged_kv(
+    cache: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    kv_indices: torch.Tensor,
+    kv_len: torch.Tensor,
+    *,
+    page_size: Optional[int] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Gather a paged KV cache into a flat, request-contiguous one.
+
+    KV row ``j`` of request ``i`` lives in page ``kv_indices[kv_indptr[i] + j // page_size]``
+    at slot ``j % page_size`` (the header's VA_KV_PAGED definition).
+
+    Args:
+      cache: ``[num_pages, page_size, Hkv, D]`` or ``[slots, Hkv, D]`` (then
+        ``page_size`` given or 1; slot ``s`` of page ``p`` is row ``p * page_size + s``).
+      kv_indptr: ``[B + 1]`` int, offsets into ``kv_indices`` (in pages).
+      kv_indices: ``[>= kv_indptr[B]]`` int page ids.
+      kv_len: ``[B]`` int, KV rows per request (prefix + drafts).
+      page_size: see ``cache``.
+
+    Returns:
+      ``(flat [sum(kv_len), Hkv, D], flat_kv_indptr [B + 1] int64)``, on ``cache``'s
+      device, same dtype as ``cache``.
+
+    Raises:
+      ValueError: a request needs more pages than ``kv_indptr`` gives it, or a
+      page id out of range. Host sync.
+    """
+    rows, ps = _page_view(cache, page_size, "cache")
+    device = cache.device
+    ind = kv_indptr.to(device=device, dtype=torch.int64)
+    idx = kv_indices.to(device=device, dtype=torch.int64)
+    lens = kv_len.to(device=device, dtype=torch.int64)
+    B = lens.numel()
+    if ind.numel() != B + 1:
+        raise ValueError(f"kv_indptr: expected shape [{B + 1}], got {tuple(ind.shape)}")
+    flat_indptr = torch.zeros(B + 1, dtype=torch.int64, device=device)
+    flat_indptr[1:] = torch.cumsum(lens, 0)
+    total = int(flat_indptr[-1])
+    if B:
+        pages_needed = (lens + ps - 1) // ps
+        have = ind[1:] - ind[:-1]
+        if bool((pages_needed > have).any()):
+            i = int(torch.nonzero(pages_needed > have)[0, 0])
+            raise ValueError(
+                f"kv_indptr: request {i} has kv_len {int(lens[i])} = {int(pages_needed[i])} pages, "
+                f"but only {int(have[i])} page ids"
+            )
+    if total == 0:
+        return rows.new_empty((0,) + tuple(rows.shape[1:])), flat_indptr
+    r = torch.arange(total, device=device)
+    req = torch.searchsorted(flat_indptr[1:].contiguous(), r, right=True)
+    j = r - flat_indptr[req]
+    page = idx[ind[req] + j // ps]
+    num_pages = rows.shape[0] // ps
+    if bool(((page < 0) | (page >= num_pages)).any()):
+        raise ValueError(f"kv_indices: a page id is outside [0, {num_pages})")
+    return rows[page * ps + j % ps], flat_indptr
+
+
+def _visibility(tree_mask, causal: bool, q_start: int, q_len: int, device) -> torch.Tensor:
+    """[q_len, q_len] bool visibility among the drafts of one request."""
+    if causal:
+        return torch.ones((q_len, q_len), dtype=torch.bool, device=device).tril_()
+    rows = tree_mask[q_start : q_start + q_len]
+    dense = _masks._unpack_words(rows.to(device))
+    if dense.shape[1] < q_len:
+        raise ValueError(f"tree_mask: width {rows.shape[1]} words cannot hold q_len {q_len}")
+    return dense[:, :q_len]
+
+
+def _check_mask_mode(tree_mask, causal):
+    if (tree_mask is None) == (not causal):
+        raise ValueError("tree_mask: pass exactly one of tree_mask and causal=True")
+
+
+def reference_attention_flat(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: Optional[torch.Tensor],
+    qo_indptr: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    *,
+    tree_mask: Optional[torch.Tensor] = None,
+    causal: bool = False,
+    sm_scale: Optional[float] = None,
+    head_dim_vo: Optional[int] = None,
+    compute_dtype: torch.dtype = torch.float64,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Reference attention over a flat (request-contiguous) KV layout.
+
+    Args:
+      q: ``[total_q, H, D_qk]`` any float dtype.
+      k: ``[rows, Hkv, D_qk]``; rows ``kv_indptr[i] .. kv_indptr[i+1]`` are request
+        ``i``'s KV, the last ``q_len_i`` of them its draft tokens.
+      v: ``[rows, Hkv, D_vo]`` or None for MLA (value = ``k[..., :head_dim_vo]``).
+      qo_indptr, kv_indptr: ``[B + 1]`` int.
+      tree_mask: int32/uint32 ``[total_q, W]`` compact mask (see :mod:`verify_attn.masks`),
+        or None with ``causal=True``.
+      causal: chain mode (draft ``t`` sees drafts ``0..t``).
+      sm_scale: logit scale, default ``1 / sqrt(D_qk)``.
+      head_dim_vo: MLA value width (default 512 when ``v is None``, else ``v.shape[-1]``).
+      compute_dtype: float64 by default.
+
+    Returns:
+      ``(out [total_q, H, D_vo], lse [total_q, H])`` in ``compute_dtype``; ``lse``
+      natural log.
+
+    Raises:
+      ValueError: inconsistent shapes, ``kv_len_i < q_len_i``, both/neither of
+      ``tree_mask``/``causal``.
+    """
+    _check_mask_mode(tree_mask, causal)
+    total_q, H, d_qk = q.shape
+    Hkv = k.shape[1]
+    if H % Hkv:
+        raise ValueError(f"k: {Hkv} KV heads do not divide {H} query heads")
+    G = H // Hkv
+    if v is None:
+        d_vo = 512 if head_dim_vo is None else int(head_dim_vo)
+        if d_vo > k.shape[2]:
+            raise ValueError(f"head_dim_vo: {d_vo} > head_dim_qk {k.shape[2]} (MLA value is a prefix of K)")
+    else:
+        d_vo = v.shape[2]
+        if head_dim_vo is not None and int(head_dim_vo) != d_vo:
+            raise ValueError(f"head_dim_vo: {head_dim_vo} != v.shape[-1] = {d_vo}")
+    scale = 1.0 / math.sqrt(d_qk) if sm_scale is None else float(sm_scale)
+    device = q.device
+    qo = qo_indptr.tolist()
+    kvp = kv_indptr.tolist()
+    if len(qo) != len(kvp):
+        raise ValueError(f"kv_indptr: length {len(kvp)} != qo_indptr length {len(qo)}")
+    out = torch.zeros((total_q, H, d_vo), dtype=compute_dtype, device=device)
+    lse = torch.full((total_q, H), float("-inf"), dtype=compute_dtype, device=device)
+    for i in range(len(qo) - 1):
+        qs, qe = qo[i], qo[i + 1]
+        ql = qe - qs
+        ks, ke = kvp[i], kvp[i + 1]
+        kl = ke - ks
+        if ql == 0:
+            continue
+        if kl < ql:
+            raise ValueError(f"kv_indptr: request {i} has kv_len {kl} < q_len {ql}")
+        prefix = kl - ql
+        qi = q[qs:qe].to(compute_dtype).reshape(ql, Hkv, G, d_qk).permute(1, 2, 0, 3)  # [Hkv,G,q,D]
+        ki = k[ks:ke].to(compute_dtype).permute(1, 0, 2)  # [Hkv, kv, D]
+        if v is None:
+            vi = ki[..., :d_vo]
+        else:
+            vi = v[ks:ke].to(compute_dtype).permute(1, 0, 2)
+        logits = torch.einsum("hgqd,hkd->hgqk", qi, ki) * scale  # [Hkv,G,q,kv]
+        vis = _visibility(tree_mask, causal, qs, ql, device)  # [q, q]
+        tail = logits[..., prefix:]
+        tail.masked_fill_(~vis, float("-inf"))
+        l = torch.logsumexp(logits, dim=-1)  # [Hkv,G,q]
+        p = torch.exp(logits - l.unsqueeze(-1))
+        p = torch.nan_to_num(p, nan=0.0)  # rows that see nothing
+        o = torch.einsum("hgqk,hkd->hgqd", p, vi)  # [Hkv,G,q,Dv]
+        out[qs:qe] = o.permute(2, 0, 1, 3).reshape(ql, H, d_vo)
+        lse[qs:qe] = l.permute(2, 0, 1).reshape(ql, H)
+    return out, lse
+
+
+def reference_attention_paged(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: Optional[torch.Tensor],
+    qo_indptr: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    kv_indices: torch.Tensor,
+    kv_len: torch.Tensor,
+    *,
+    page_size: Optional[int] = None,
+    tree_mask: Optional[torch.Tensor] = None,
+    causal: bool = False,
+    sm_scale: Optional[float] = None,
+    head_dim_vo: Optional[int] = None,
+    compute_dtype: torch.dtype = torch.float64,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Reference attention over a paged KV cache: :func:`gather_paged_kv` then
+    :func:`reference_attention_flat`. Arguments as in those two functions
+    (``kv_indptr`` indexes ``kv_indices`` in pages; ``kv_len [B]`` is each
+    request's KV length including its drafts). Returns ``(out, lse)`` in
+    ``compute_dtype``.
+    """
+    kf, flat_indptr = gather_paged_kv(k_cache, kv_indptr, kv_indices, kv_len, page_size=page_size)
+    vf = None
+    if v_cache is not None:
+        vf, _ = gather_paged_kv(v_cache, kv_indptr, kv_indices, kv_len, page_size=page_size)
+    return reference_attention_flat(
+        q, kf, vf, qo_indptr, flat_indptr,
+        tree_mask=tree_mask, causal=causal, sm_scale=sm_scale,
+        head_dim_vo=head_dim_vo, compute_dtype=compute_dtype,
+    )
+
+
+def reference_attention_bruteforce(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: Optional[torch.Tensor],
+    qo_indptr: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    *,
+    kv_indices: Optional[torch.Tensor] = None,
+    kv_len: Optional[torch.Tensor] = None,
+    page_size: Optional[int] = None,
+    tree_mask: Optional[torch.Tensor] = None,
+    causal: bool = False,
+    sm_scale: Optional[float] = None,
+    head_dim_vo: Optional[int] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Slow, literal per-(row, head) implementation of the header's definition (tests only).
+
+    Flat layout when ``kv_indices`` is None (``k``/``v`` as in
+    :func:`reference_attention_flat`), else paged (``k``/``v`` as the caches of
+    :func:`reference_attention_paged`). Reads the mask bits one at a time with
+    Python integer arithmetic and addresses every KV row with the header's
+    formulas. float64. Returns ``(out, lse)``.
+    """
+    _check_mask_mode(tree_mask, causal)
+    total_q, H, d_qk = q.shape
+    paged = kv_indices is not None
+    if paged:
+        if k.dim() == 4:
+            ps = k.shape[1]
+            kk = k.reshape(-1, k.shape[2], k.shape[3])
+            vv = None if v is None else v.reshape(-1, v.shape[2], v.shape[3])
+        else:
+            ps = 1 if page_size is None else int(page_size)
+            kk, vv = k, v
+    else:
+        kk, vv = k, v
+    Hkv = kk.shape[1]
+    G = H // Hkv
+    d_vo = (512 if head_dim_vo is None else int(head_dim_vo)) if v is None else vv.shape[2]
+    scale = 1.0 / math.sqrt(d_qk) if sm_scale is None else float(sm_scale)
+    qo = [int(x) for x in qo_indptr.tolist()]
+    kvp = [int(x) for x in kv_indptr.tolist()]
+    idx = [int(x) for x in kv_indices.tolist()] if paged else None
+    lens = [int(x) for x in kv_len.tolist()] if paged else None
+    words = None
+    if tree_mask is not None:
+        words = [[int(w) & 0xFFFFFFFF for w in row] for row in tree_mask.to(torch.int64).tolist()]
+    qd = q.double().cpu()
+    kd = kk.double().cpu()
+    vd = None if vv is None else vv.double().cpu()
+    out = torch.zeros((total_q, H, d_vo), dtype=torch.float64)
+    lse = torch.full((total_q, H), float("-inf"), dtype=torch.float64)
+    for i in range(len(qo) - 1):
+        ql = qo[i + 1] - qo[i]
+        kl = lens[i] if paged else kvp[i + 1] - kvp[i]
+        prefix = kl - ql
+
+        def row_of(j):
+            if paged:
+                return idx[kvp[i] + j // ps] * ps + j % ps
+            return kvp[i] + j
+
+        for t in range(ql):
+            r = qo[i] + t
+            visible = []
+            for j in range(kl):
+                if j < prefix:
+                    visible.append(j)
+                    continue
+                c = j - prefix
+                if causal:
+                    ok = c <= t
+                else:
+                    ok = (words[r][c // 32] >> (c % 32)) & 1 == 1
+                if ok:
+                    visible.append(j)
+            if not visible:
+                continue
+            rows = torch.tensor([row_of(j) for j in visible], dtype=torch.long)
+            for h in range(H):
+                hk = h // G
+                s = (kd[rows, hk, :d_qk] @ qd[r, h, :d_qk]) * scale
+                m = s.max()
+                e = torch.exp(s - m)
+                denom = e.sum()
+                val = kd[rows, hk, :d_vo] if vd is None else vd[rows, hk, :d_vo]
+                out[r, h] = (e[:, None] * val).sum(0) / denom
+                lse[r, h] = m + torch.log(denom)
+    return out.to(q.device), lse.to(q.device)
