@@ -1,18 +1,69 @@
 """verify_attn benchmark: the product's main job (`bazel run //tools:bench`).
 
-Prints the GPU and the toolchain the installed build carries. The timed shape
-grid (this project vs SGLang's kernels, FlashInfer, FlexAttention; DESIGN.md
-§2-3) arrives with the performance issue. Without a CUDA device it says so
-and exits with status 2.
+Runs a grid of tree-verify shapes (every row of DESIGN.md §2, GQA, DDTree-like
+budgets; ``--grid``, ``--shapes``) through, in one process and one run:
+
+- this project: the flat and the paged kernel, eager and CUDA-graph replay;
+- SGLang 0.5.23's Triton kernels (staged by ``tools/fetch_baselines.sh``):
+  ``extend_attention_fwd`` with the FULL tree mask, and for chains
+  ``verify_shared_kv_fwd``;
+- FlashInfer's custom-mask paged prefill (GQA; not stageable on the lent H200,
+  see ``benchlib/baselines/flashinfer.py``: the column says why);
+- PyTorch FlexAttention (``torch.compile``d, tree ``mask_mod``, block mask);
+- the float64 PyTorch reference, as the correctness check.
+
+Every output is checked before it is timed. Per shape: median microseconds,
+TFLOP/s, KV GB/s, fractions of the floor (DESIGN.md §3, against a device copy
+and a bf16 matmul measured in the same run), the speedup over each baseline,
+the max relative error. Output: tables on stdout, JSON (``--json_out``), a PNG
+(``--plot_out``), a progress bar on stderr.
+
+Without a CUDA device it says so on stderr and exits with status 2.
+``--dry_run`` runs the whole pipeline on the CPU with tiny shapes and the
+PyTorch reference only (CI).
 """
 
+import os
 import sys
+import time
 
-from absl import app
-from absl import flags
+_TOOLS = os.path.dirname(os.path.realpath(__file__))
+if _TOOLS not in sys.path:
+    sys.path.insert(0, _TOOLS)
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("json_out", None, "Write the results as JSON to this path.")
+flags.DEFINE_enum("grid", "quick", ["quick", "full"], "Shape grid: quick (~3-4 min on an H200) or full.")
+flags.DEFINE_string("shapes", None, "Keep shapes whose name contains any of these comma-separated "
+                    "substrings (case-insensitive), e.g. 'mla B1 ,gqa B16'.")
+flags.DEFINE_bool("list", False, "Print the selected shapes and exit (no GPU needed).")
+flags.DEFINE_string("json_out", None, "JSON results path (default: $OUT/bench.json when $OUT is set, "
+                    "else verify_attn_bench.json in the working directory). Rewritten after every shape.")
+flags.DEFINE_string("plot_out", None, "PNG plot path (default: beside the JSON, .png).")
+flags.DEFINE_integer("page_size", 1, "Page size of the paged cache (1 like SGLang's token pool; 64 option).")
+flags.DEFINE_string("baselines_dir", None, "Staged SGLang kernels (tools/fetch_baselines.sh); "
+                    "default <repo>/.gpu_stage/baselines.")
+flags.DEFINE_list("baselines", ["sglang_extend", "sglang_chain", "flex", "flashinfer"],
+                  "Baselines to run: sglang_extend, sglang_chain, flex, flashinfer.")
+flags.DEFINE_enum("flex", "auto", ["auto", "all", "none"],
+                  "FlexAttention shapes: auto = those tagged 'flex' (bounds torch.compile time), all, none.")
+flags.DEFINE_bool("graph", True, "Also time CUDA-graph replay.")
+flags.DEFINE_bool("rotate", True, "Rotate among several input sets when one would stay in L2.")
+flags.DEFINE_integer("warmup", 3, "Warm-up calls per input set before timing.")
+flags.DEFINE_float("target_ms", 150.0, "Timed work per implementation and mode (sets the call count).")
+flags.DEFINE_integer("min_iters", 5, "Fewest timed calls.")
+flags.DEFINE_integer("max_iters", 200, "Most timed calls.")
+flags.DEFINE_integer("seed", 0, "Seed of the random trees, page tables and values.")
+flags.DEFINE_float("time_budget_s", 0.0, "Stop starting new shapes after this many seconds (0 = no limit); "
+                   "the rest are listed as skipped.")
+flags.DEFINE_bool("measure_ceilings", True, "Measure the copy and matmul ceilings (else nominal H200 figures).")
+flags.DEFINE_enum("workload", "synthetic", ["synthetic", "real"],
+                  "synthetic: the shape grid; real: the cases of --fixture (tools/capture/fixture.py).")
+flags.DEFINE_string("fixture", None, "Fixture path for --workload=real.")
+flags.DEFINE_bool("dry_run", False, "CPU only: tiny shapes, the PyTorch reference only (exercises the pipeline).")
+flags.DEFINE_bool("progress", True, "Progress bar on stderr.")
 
 
 def gpu_and_toolchain():
@@ -21,9 +72,12 @@ def gpu_and_toolchain():
 
     import verify_attn
 
-    info = verify_attn.runtime_info()
     if not torch.cuda.is_available():
         raise RuntimeError("no CUDA device visible to torch (torch %s)" % torch.__version__)
+    try:
+        info = verify_attn.runtime_info()
+    except Exception as e:  # noqa: BLE001
+        raise RuntimeError("verify_attn's extension could not be loaded: %s" % e) from e
     props = torch.cuda.get_device_properties(0)
     info.update({
         "device": props.name,
@@ -33,25 +87,170 @@ def gpu_and_toolchain():
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
     })
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except Exception:  # noqa: BLE001
+        info["triton"] = "not installed"
     return info
+
+
+def repo_root() -> str:
+    return os.path.dirname(_TOOLS)
+
+
+def default_paths():
+    out = os.environ.get("OUT")
+    if out:
+        base = os.path.join(out, "bench")
+    else:
+        cwd = os.environ.get("BUILD_WORKING_DIRECTORY") or os.getcwd()
+        base = os.path.join(cwd, "verify_attn_bench")
+    json_out = FLAGS.json_out or base + ".json"
+    plot_out = FLAGS.plot_out or os.path.splitext(json_out)[0] + ".png"
+    return json_out, plot_out
+
+
+def select_shapes():
+    from benchlib import shapes as shapes_mod
+    from benchlib import workload
+
+    if FLAGS.dry_run:
+        sel = shapes_mod.dry_grid()
+        grid_name = "dry"
+    elif FLAGS.workload == "real":
+        sel = workload.load_shapes(FLAGS.fixture)
+        grid_name = "real"
+    else:
+        sel = shapes_mod.grid(FLAGS.grid)
+        grid_name = FLAGS.grid
+    return shapes_mod.filter_shapes(sel, FLAGS.shapes), grid_name
+
+
+def build_impls(dry_run: bool, baselines_dir: str):
+    from benchlib import ours
+    from benchlib.baselines import flashinfer, flex, sglang_triton, torch_ref
+
+    if dry_run:
+        return [torch_ref.TorchReference()]
+    impls = [ours.OursPaged(), ours.OursFlat()]
+    known = {
+        "sglang_extend": lambda: sglang_triton.SGLangExtend(baselines_dir),
+        "sglang_chain": lambda: sglang_triton.SGLangChain(baselines_dir),
+        "flex": lambda: flex.Flex(),
+        "flashinfer": lambda: flashinfer.FlashInferPrefill(),
+    }
+    for name in FLAGS.baselines:
+        if name not in known:
+            raise app.UsageError(f"--baselines: unknown {name!r}; expected some of {sorted(known)}")
+        impls.append(known[name]())
+    return impls
 
 
 def main(argv):
     del argv
+    if FLAGS.page_size < 1:
+        raise app.UsageError("--page_size must be >= 1")
     try:
-        info = gpu_and_toolchain()
-    except RuntimeError as e:
-        print("verify_attn bench: %s. The benchmark needs an NVIDIA GPU "
-              "(sm_90 or sm_120); nothing was measured." % e, file=sys.stderr)
+        selected, grid_name = select_shapes()
+    except Exception as e:  # noqa: BLE001
+        print(f"verify_attn bench: {e}", file=sys.stderr)
         return 2
-    width = max(len(k) for k in info)
-    for k, v in info.items():
-        print("%-*s  %s" % (width, k, v))
-    if FLAGS.json_out:
-        import json
-        with open(FLAGS.json_out, "w") as f:
-            json.dump(info, f, indent=2)
-    return 0
+    if FLAGS.list:
+        for s in selected:
+            print(s.name + ("  [" + ",".join(s.tags) + "]" if s.tags else ""))
+        print(f"{len(selected)} shapes", file=sys.stderr)
+        return 0
+    if not selected:
+        print(f"verify_attn bench: no shape matches --shapes={FLAGS.shapes!r}", file=sys.stderr)
+        return 2
+
+    from benchlib import floor, report, runner
+
+    if FLAGS.dry_run:
+        import torch
+
+        import verify_attn
+
+        info = {"device": "cpu (dry run: PyTorch reference only, nothing of ours measured)",
+                "torch": torch.__version__, "verify_attn": getattr(verify_attn, "__version__", "?")}
+        device = "cpu"
+        ceil = floor.nominal_ceilings("dry run: nominal H200 figures from DESIGN.md §2, not measured")
+    else:
+        try:
+            info = gpu_and_toolchain()
+        except RuntimeError as e:
+            if "no CUDA device" in str(e):
+                print("verify_attn bench: %s. The benchmark needs an NVIDIA GPU "
+                      "(sm_90 or sm_120); nothing was measured. (--dry_run exercises "
+                      "the pipeline on the CPU.)" % e, file=sys.stderr)
+            else:
+                print("verify_attn bench: %s; nothing was measured." % e, file=sys.stderr)
+            return 2
+        device = "cuda"
+        if FLAGS.measure_ceilings:
+            ceil = floor.measure_ceilings(device)
+        else:
+            ceil = floor.nominal_ceilings()
+            ceil.device = info.get("device", "?")
+
+    baselines_dir = FLAGS.baselines_dir or os.path.join(repo_root(), ".gpu_stage", "baselines")
+    impls = build_impls(FLAGS.dry_run, baselines_dir)
+    opts = runner.Options(
+        device=device, page_size=FLAGS.page_size, seed=FLAGS.seed,
+        graph=FLAGS.graph and not FLAGS.dry_run, rotate=FLAGS.rotate, warmup=FLAGS.warmup,
+        target_ms=FLAGS.target_ms if not FLAGS.dry_run else min(FLAGS.target_ms, 20.0),
+        min_iters=FLAGS.min_iters if not FLAGS.dry_run else 2,
+        max_iters=FLAGS.max_iters if not FLAGS.dry_run else 5,
+        flex_policy=FLAGS.flex, grid_name=grid_name)
+    json_out, plot_out = default_paths()
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
+    header = {
+        "card": info.get("device"),
+        "ceilings": (f"copy {ceil.copy_bytes_per_s / 1e12:.2f} TB/s (read+write), "
+                     f"bf16 matmul {ceil.matmul_flop_per_s / 1e12:.0f} TFLOP/s "
+                     f"({'measured in this run' if ceil.measured else ceil.note})"),
+        "grid": f"{grid_name}, {len(selected)} shapes, page_size {FLAGS.page_size}, dtype bf16",
+        "baselines dir": baselines_dir,
+    }
+
+    def payload(rows, finished=None):
+        return {
+            "bench": "verify_attn", "started": started, "finished": finished,
+            "device": info, "ceilings": ceil.as_dict(), "conventions": report.CONVENTIONS,
+            "options": {"grid": grid_name, "shapes": FLAGS.shapes, "page_size": FLAGS.page_size,
+                        "baselines": [i.name for i in impls], "flex": FLAGS.flex, "graph": opts.graph,
+                        "rotate": opts.rotate, "seed": FLAGS.seed, "dry_run": FLAGS.dry_run,
+                        "workload": FLAGS.workload, "fixture": FLAGS.fixture,
+                        "baselines_dir": baselines_dir},
+            "rows": rows,
+        }
+
+    def on_row(rows):
+        try:
+            report.write_json(json_out, payload(rows))
+        except Exception as e:  # noqa: BLE001
+            print(f"verify_attn bench: could not write {json_out}: {e}", file=sys.stderr)
+
+    prog = report.Progress(len(selected), enabled=FLAGS.progress)
+    try:
+        rows = runner.run_all(selected, impls, opts, ceil, on_row=on_row, progress=prog,
+                              time_budget_s=FLAGS.time_budget_s)
+    finally:
+        prog.close()
+    report.write_json(json_out, payload(rows, finished=time.strftime("%Y-%m-%d %H:%M:%S")))
+    print(report.render(rows, header))
+    try:
+        p = report.plot(rows, plot_out, title=f"verify_attn on {info.get('device')} ({grid_name} grid)")
+    except Exception as e:  # noqa: BLE001
+        p = None
+        print(f"verify_attn bench: plot failed: {e}", file=sys.stderr)
+    print(f"\nJSON: {json_out}" + (f"\nPNG:  {p}" if p else ""))
+    bad = [r for r in rows if r.get("error") and not str(r["error"]).startswith("skipped")]
+    ours_bad = [r for r in rows for k in ("ours_paged", "ours_flat")
+                if (r.get("impls") or {}).get(k, {}).get("status") in ("failed", "wrong")]
+    return 1 if (bad or ours_bad) else 0
 
 
 if __name__ == "__main__":

@@ -24,6 +24,9 @@ stage)
   rm -rf "$STAGE" && mkdir -p "$STAGE"
   cp bazel-bin/python/verify_attn-*-cp312-cp312-linux_x86_64.whl "$STAGE/"
   chmod u+w "$STAGE"/*.whl
+  # Baseline kernels for the bench (SGLang's Triton kernels, downloaded by
+  # package name, never committed): into .gpu_stage/baselines/.
+  tools/fetch_baselines.sh
   du -sh "$STAGE"
   ls -la "$STAGE"
   ;;

@@ -234,7 +234,8 @@ def _resolve_bounds(paged, q, qo_indptr, kv_indptr, kv_len, max_q_len, max_kv_le
     need_q = max_q_len is None
     need_kv = max_kv_len is None
     if need_q or need_kv:
-        if _is_capturing() or _is_compiling():
+        # _is_compiling() first: dynamo cannot trace is_current_stream_capturing.
+        if _is_compiling() or _is_capturing():
             missing = "max_q_len" if need_q else "max_kv_len"
             raise ValueError(
                 f"{missing}: must be passed explicitly during CUDA graph capture and under torch.compile "

@@ -1,0 +1,493 @@
+"""CPU tests of the benchmark's library (tools/benchlib) and of `tools/bench.py --dry_run`.
+
+Covers the parts that need no GPU: the shape grid, the floor arithmetic,
+SGLang's FULL-mask construction (against verify_attn.masks), the random
+scattered paged inputs (against the reference's gather), the runner's
+summary (speedups, floor fractions) and the report (table, JSON, PNG) with
+fake timings, CPU timing, the FlexAttention adapter's mask_mod (eager, against
+the float64 reference), the fixture adapter, and the whole pipeline with
+``--dry_run``. Opt-in (VERIFY_ATTN_TEST_SGLANG_INTERPRET=1 and a staged
+.gpu_stage/baselines and Triton installed): SGLang's staged Triton kernels under
+the Triton interpreter against the reference.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _tools_dir():
+    for base in (_HERE, os.path.dirname(os.path.realpath(__file__))):
+        cand = os.path.join(os.path.dirname(os.path.dirname(base)), "tools")
+        if os.path.isdir(os.path.join(cand, "benchlib")):
+            return cand
+    return None
+
+
+try:
+    import benchlib  # noqa: F401
+except ImportError:
+    _t = _tools_dir()
+    if _t:
+        sys.path.insert(0, _t)
+
+from benchlib import check, floor, inputs, report, runner, shapes, timing, workload  # noqa: E402
+from benchlib.baselines import NotApplicable, short_reason  # noqa: E402
+from verify_attn import masks  # noqa: E402
+from verify_attn.reference import gather_paged_kv  # noqa: E402
+
+K = 1024
+
+
+# ---------------------------------------------------------------------------
+# shapes
+
+
+def _key(s):
+    return (s.model, s.batch, s.heads, s.q_len, s.prefix)
+
+
+def test_quick_grid_has_every_design_row():
+    q = shapes.grid("quick")
+    keys = {(s.model, s.batch, s.heads, s.q_len, s.prefix, s.tree == "chain") for s in q}
+    for b, h, t, l in shapes.DESIGN_ROWS + shapes.FLASHMLA_ROWS:
+        assert ("mla", b, h, t, l, False) in keys, (b, h, t, l)
+    for s in q:
+        if s.mla:
+            assert (s.kv_heads, s.d_qk, s.d_vo) == (1, 576, 512)
+    chains = [s for s in q if s.is_chain and s.mla]
+    assert {(s.batch, s.heads, s.q_len, s.prefix) for s in chains} >= {
+        (1, 16, 16, 4 * K), (1, 128, 32, 8 * K), (32, 16, 16, 4 * K)}
+
+
+def test_quick_grid_gqa_and_ddtree():
+    q = shapes.grid("quick")
+    g = [s for s in q if s.model == "gqa"]
+    assert g and all(s.d_qk == 128 and s.heads // s.kv_heads == 8 for s in g)
+    assert {s.q_len for s in g} >= {4, 16, 64}
+    assert min(s.prefix for s in g) == 1 * K and max(s.prefix for s in g) == 64 * K
+    assert min(s.batch for s in g) == 1 and max(s.batch for s in g) == 64
+    assert max(s.q_len for s in q) == 1024  # DDTree budget
+    flex = [s for s in q if shapes.wants_flex(s, "auto", "quick")]
+    assert 1 <= len(flex) <= 4  # keep torch.compile time low
+    names = {s.name for s in flex}
+    assert "gqa B16 H32/4 D128 T16 L8k ddtree" in names
+    assert any(s.mla for s in flex)
+    assert len({s.name for s in q}) == len(q)
+
+
+def test_full_grid_superset_and_cube():
+    q = {s.name for s in shapes.grid("quick")}
+    f = shapes.grid("full")
+    names = [s.name for s in f]
+    assert len(set(names)) == len(names)
+    assert q <= set(names)
+    cube = {(s.batch, s.q_len, s.prefix) for s in f if s.model == "gqa"}
+    for t in (4, 16, 64):
+        for l in (1 * K, 8 * K, 64 * K):
+            for b in (1, 16, 64):
+                assert (b, t, l) in cube
+    assert {16, 64, 256, 1024} <= {s.q_len for s in f if "ddtree" in s.tags}
+
+
+def test_filter_and_flex_policy():
+    q = shapes.grid("quick")
+    sel = shapes.filter_shapes(q, "MLA B1 H16 T16, gqa B64")
+    assert sel and all(("mla b1 h16 t16" in s.name.lower()) or ("gqa b64" in s.name.lower()) for s in sel)
+    assert shapes.filter_shapes(q, None) == q
+    assert shapes.filter_shapes(q, " , ") == q
+    s = q[0]
+    assert shapes.wants_flex(s, "all", "quick") and not shapes.wants_flex(s, "none", "quick")
+    with pytest.raises(ValueError):
+        shapes.wants_flex(s, "bogus", "quick")
+    with pytest.raises(ValueError):
+        shapes.grid("nope")
+    assert shapes.fmt_len(4096) == "4k" and shapes.fmt_len(1000) == "1000"
+
+
+# ---------------------------------------------------------------------------
+# floor
+
+
+def test_floor_design_example():
+    # DESIGN.md §3: batch 1, 16 heads, 64 drafts, 32k prefix = 73 GFLOP, ~107 us at 686 TFLOP/s
+    s = shapes.mla(1, 16, 64, 32 * K)
+    f = floor.flops(s)
+    assert f == 2 * 16 * 64 * (32 * K + 64) * (576 + 512)
+    assert abs(f / 1e9 - 73.1) < 0.5
+    assert floor.kv_bytes(s) == (32 * K + 64) * 576 * 2
+    ceil = floor.nominal_ceilings()
+    assert abs(floor.floor_seconds(s, ceil) * 1e6 - 106.6) < 1.0
+    assert floor.bound(s, ceil) == "compute"
+    m = floor.metrics(s, 4038e-6, ceil)  # SGLang's Triton tree path, DESIGN.md §2
+    assert abs(m["tflops"] - 18.1) < 0.3
+    assert abs(m["frac_floor"] - 106.6 / 4038) < 1e-3
+    assert floor.metrics(s, None, ceil) == {}
+    assert abs(floor.arithmetic_intensity(s) - 1.9 * 16 * 64) / (1.9 * 16 * 64) < 0.05
+
+
+def test_floor_gqa_and_ragged():
+    s = shapes.gqa(4, 16, 8 * K)   # H32/4 D128
+    assert floor.kv_bytes(s) == 4 * (8 * K + 16) * 4 * 128 * 2 * 2
+    assert floor.flops(s) == 4 * 2 * 32 * 16 * (8 * K + 16) * 256
+    ceil = floor.nominal_ceilings()
+    small = shapes.gqa(1, 4, 1 * K)  # rows per KV head 8*4 = 32 < 80: bandwidth-bound
+    assert floor.bound(small, ceil) == "bandwidth"
+    r = shapes.Shape("gqa", 2, 8, 2, 64, 64, 5, 100, "random", q_lens=(3, 5), prefix_lens=(100, 7))
+    assert floor.kv_bytes(r) == (103 + 12) * 2 * 128 * 2
+    assert floor.flops(r) == 2 * 8 * (3 * 103 + 5 * 12) * 128
+
+
+# ---------------------------------------------------------------------------
+# inputs and SGLang's FULL mask
+
+
+@pytest.mark.parametrize("kind", ["ddtree", "chain", "random", "shuffled"])
+def test_full_mask_matches_masks_module(kind):
+    shp = shapes.Shape("gqa", 3, 4, 2, 64, 64, 7, 11, kind, q_lens=(7, 1, 40), prefix_lens=(11, 0, 33))
+    case = inputs.build_case(shp, "cpu", seed=1)
+    full, mind = case.full_mask()
+    sizes = [t * (l + t) for t, l in zip(case.q_lens, case.prefix_lens)]
+    assert full.dtype == torch.bool and full.numel() == sum(sizes)
+    assert mind.dtype == torch.int64 and mind.tolist() == [0, sizes[0], sizes[0] + sizes[1], sum(sizes)]
+    back = masks.from_sglang_full_mask(full, case.qo_indptr, case.prefix_lens_t, mask_indptr=mind)
+    want = masks.to_dense(case.tree_mask, case.qo_indptr)
+    got = masks.to_dense(back, case.qo_indptr)
+    for a, b in zip(want, got):
+        assert torch.equal(a, b)
+    # prefix columns all True; draft columns = the ancestor matrix, row-major
+    off = 0
+    for i, (t, l) in enumerate(zip(case.q_lens, case.prefix_lens)):
+        block = full[off: off + t * (l + t)].reshape(t, l + t)
+        assert bool(block[:, :l].all())
+        assert torch.equal(block[:, l:], want[i])
+        off += t * (l + t)
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_inputs_layouts_agree(page_size):
+    for shp in (shapes.Shape("mla", 3, 2, 1, 576, 512, 5, 9, "ddtree"),
+                shapes.Shape("gqa", 2, 4, 2, 64, 64, 6, 13, "eagle", q_lens=(6, 2), prefix_lens=(13, 30))):
+        case = inputs.build_case(shp, "cpu", page_size=page_size, seed=2)
+        s = inputs.make_inputs(case)
+        assert case.total_kv == sum(case.kv_lens)
+        # pages are distinct, scattered and in range
+        ids = case.kv_indices.tolist()
+        assert len(set(ids)) == len(ids) and max(ids) < case.num_pages
+        # the flat layout equals the paged cache gathered by the reference's own gather
+        kf, ind = gather_paged_kv(s.k_cache, case.kv_indptr_pages, case.kv_indices, case.kv_len,
+                                  page_size=page_size)
+        assert torch.equal(kf, s.k_flat)
+        assert ind.tolist() == case.kv_indptr_flat.tolist()
+        if shp.mla:
+            assert s.v_cache is None and s.v_flat is None
+            assert torch.equal(s.v_ext, s.k_ext[..., :512])
+            assert s.v_slots.data_ptr() == s.k_slots.data_ptr()
+        else:
+            vf, _ = gather_paged_kv(s.v_cache, case.kv_indptr_pages, case.kv_indices, case.kv_len,
+                                    page_size=page_size)
+            assert torch.equal(vf, s.v_flat)
+        # SGLang's view: prefix slots + contiguous drafts
+        kvp = case.kv_indptr_flat.tolist()
+        pp = case.prefix_indptr.tolist()
+        qo = case.qo_indptr.tolist()
+        for i in range(case.batch):
+            l = case.prefix_lens[i]
+            assert torch.equal(s.k_slots[case.prefix_slots[pp[i]:pp[i + 1]]], s.k_flat[kvp[i]:kvp[i] + l])
+            assert torch.equal(s.k_ext[qo[i]:qo[i + 1]], s.k_flat[kvp[i] + l:kvp[i + 1]])
+        assert s.q.abs().sum() > 0 and s.k_cache.abs().sum() > 0  # never zeros
+        s2 = inputs.make_inputs(case, 1)
+        assert not torch.equal(s.q, s2.q)
+
+
+def test_given_parents_are_used():
+    par = ((-1, 0, 0, 1), (-1, 0))
+    shp = shapes.Shape("gqa", 2, 2, 1, 64, 64, 4, 3, "real", q_lens=(4, 2), prefix_lens=(3, 5), parents=par)
+    case = inputs.build_case(shp, "cpu")
+    want = masks.from_parents(torch.tensor([-1, 0, 0, 1, -1, 0]), case.qo_indptr)
+    assert torch.equal(case.tree_mask, want)
+
+
+def test_reference_subsample_choice():
+    big = shapes.mla(4, 16, 64, 128 * K)
+    case = type("C", (), {})()
+    case.shape = big
+    case.batch = 4
+    case.q_lens = [64] * 4
+    case.kv_lens = [128 * K + 64] * 4
+    assert check.choose_requests(case) == [0, 3]
+    small = shapes.mla(2, 4, 5, 37)
+    c2 = inputs.build_case(small, "cpu")
+    assert check.choose_requests(c2) == [0, 1]
+
+
+# ---------------------------------------------------------------------------
+# timing
+
+
+def test_rotation_sets():
+    assert timing.rotation_sets(1) == timing.MAX_SETS
+    assert timing.rotation_sets(10 * timing.L2_BYTES) == 1
+    assert timing.rotation_sets(timing.L2_BYTES) == 2
+    assert timing.rotation_sets(0) == timing.MAX_SETS
+
+
+def test_time_eager_cpu():
+    calls = []
+    fns = [lambda i=i: calls.append(i) for i in range(3)]
+    t = timing.time_eager(fns, "cpu", warmup=1, target_ms=1, min_iters=4, max_iters=9)
+    assert t.mode == "eager" and t.sets == 3 and 4 <= t.iters <= 9
+    assert t.p10_us <= t.median_us <= t.p90_us
+    assert set(calls) == {0, 1, 2}
+    with pytest.raises(RuntimeError):
+        timing.time_graph(fns, "cpu")
+
+
+# ---------------------------------------------------------------------------
+# runner summary and report, with fake timings
+
+
+def _timing(us, mode):
+    return {"mode": mode, "median_us": us, "p10_us": us, "p90_us": us, "iters": 10, "sets": 1}
+
+
+def _fake_row(shape, ours_g, ours_e, ext_g, ext_e, chain=None, flex_status="failed"):
+    row = runner._shape_info(shape, 1)
+    ceil = floor.nominal_ceilings()
+    row.update(kv_bytes=floor.kv_bytes(shape), flops=floor.flops(shape), bound=floor.bound(shape, ceil),
+               floor_us=floor.floor_seconds(shape, ceil) * 1e6, check="ref", error=None)
+    imp = {
+        "ours_paged": {"label": "verify_attn paged", "status": "ok", "eager": _timing(ours_e, "eager"),
+                       "graph": _timing(ours_g, "graph"), "err_ref": 3e-3, "competitor": False},
+        "ours_flat": {"label": "verify_attn flat", "status": "ok", "eager": _timing(ours_e * 1.1, "eager"),
+                      "graph": _timing(ours_g * 1.1, "graph"), "err_ref": 3e-3, "competitor": False},
+        "sglang_extend": {"label": "SGLang extend (FULL mask)", "status": "ok",
+                          "eager": _timing(ext_e, "eager"),
+                          "graph": _timing(ext_g, "graph") if ext_g else None,
+                          "graph_error": None if ext_g else "RuntimeError: capture failed",
+                          "err_ref": 4e-3, "err_vs_ours": 2e-3, "competitor": True},
+        "flex": {"label": "FlexAttention (torch.compile)", "status": flex_status,
+                 "reason": "RuntimeError: compile failed: out of resource: shared memory", "competitor": True},
+        "flashinfer": {"label": "FlashInfer", "status": "unavailable", "reason": "not stageable"},
+    }
+    if chain is not None:
+        imp["sglang_chain"] = {"label": "SGLang verify_shared_kv (chain)", "status": "ok",
+                               "eager": _timing(chain, "eager"), "graph": _timing(chain * 0.9, "graph"),
+                               "err_ref": 3e-3, "competitor": True}
+    else:
+        imp["sglang_chain"] = {"label": "SGLang verify_shared_kv (chain)", "status": "n/a",
+                               "reason": "chain-only kernel", "competitor": True}
+    row["impls"] = imp
+    runner.summarize(row, shape, ceil)
+    return row
+
+
+def test_summarize_speedups_and_fallback():
+    s = shapes.mla(1, 16, 64, 32 * K)
+    row = _fake_row(s, ours_g=200.0, ours_e=230.0, ext_g=4000.0, ext_e=4100.0, chain=300.0)
+    assert row["basis"] == {"impl": "ours_paged", "mode": "graph", "us": 200.0}
+    assert row["speedup"]["sglang_extend"]["x"] == pytest.approx(20.0)
+    assert row["speedup"]["sglang_chain"]["x"] == pytest.approx(270.0 / 200.0)
+    assert "flex" not in row["speedup"] and "flashinfer" not in row["speedup"]
+    assert row["ours"]["frac_floor"] == pytest.approx(row["floor_us"] / 200.0)
+    # a baseline that could not be captured is compared eager vs eager
+    row2 = _fake_row(s, ours_g=200.0, ours_e=250.0, ext_g=None, ext_e=5000.0)
+    assert row2["speedup"]["sglang_extend"] == {"x": pytest.approx(20.0), "mode": "eager",
+                                                "baseline_wrong": False}
+
+
+def test_report_render_json_plot(tmp_path):
+    rows = [
+        _fake_row(shapes.mla(1, 16, 16, 4 * K), 40.0, 60.0, 520.0, 600.0),
+        _fake_row(shapes.mla(1, 16, 16, 4 * K, "chain"), 40.0, 60.0, 520.0, 600.0, chain=100.0),
+        _fake_row(shapes.gqa(16, 16, 8 * K), 90.0, 110.0, None, 900.0, flex_status="ok"),
+    ]
+    rows[2]["impls"]["flex"].update(eager=_timing(8400.0, "eager"), graph=_timing(8300.0, "graph"),
+                                    err_ref=5e-3)
+    runner.summarize(rows[2], shapes.gqa(16, 16, 8 * K), floor.nominal_ceilings())
+    err_row = runner._shape_info(shapes.mla(4, 16, 64, 128 * K), 1)
+    err_row.update(impls={}, error="setup: MemoryError: too big")
+    rows.append(err_row)
+    text = report.render(rows, {"card": "NVIDIA H200 (fake)"})
+    assert "mla B1 H16 T16 L4k ddtree" in text and "gqa B16 H32/4 D128 T16 L8k ddtree" in text
+    assert "FAIL" in text and "n/a" in text and "ERROR" in text
+    assert "13.0x" in text             # 520 / 40
+    assert "92.2x" in text             # flex 8300 / 90
+    assert "compile failed" in text and "not stageable" in text and "too big" in text
+    assert "40.0g/60.0e" in text
+    p = tmp_path / "out" / "b.json"
+    report.write_json(str(p), {"rows": rows, "nan": float("nan")})
+    data = json.loads(p.read_text())
+    assert len(data["rows"]) == 4 and data["nan"] == "nan"
+    png = report.plot(rows, str(tmp_path / "b.png"), title="fake")
+    assert png and os.path.getsize(png) > 1000
+    with open(png, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_short_reason():
+    e = RuntimeError("triton.runtime.errors.OutOfResources\nout of resource: shared memory, Required: 368640, "
+                     "Hardware limit: 232448.")
+    r = short_reason(e)
+    assert r.startswith("RuntimeError: out of resource: shared memory")
+    assert len(short_reason(ValueError("x" * 1000))) <= 160
+    assert short_reason(NotApplicable()) == "NotApplicable"
+
+
+# ---------------------------------------------------------------------------
+# baselines that run on a CPU
+
+
+def test_flex_mask_mod_matches_reference():
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    from benchlib.baselines import flex
+
+    for shp in (shapes.Shape("mla", 2, 4, 1, 576, 512, 5, 37, "ddtree"),
+                shapes.Shape("gqa", 3, 8, 2, 64, 64, 6, 50, "shuffled", q_lens=(6, 1, 33),
+                             prefix_lens=(50, 0, 9))):
+        case = inputs.build_case(shp, "cpu", seed=5)
+        case.dtype = torch.float32
+        s = inputs.make_inputs(case)
+        ref = check.reference(case, s)
+        f = flex.Flex(compile=False)
+        try:
+            fn = f.prepare(case, s)
+        except RuntimeError as e:  # pragma: no cover - old torch
+            pytest.skip(f"flex_attention eager unavailable here: {e}")
+        out = fn()
+        assert tuple(out.shape) == (case.total_q, shp.heads, shp.d_vo)
+        assert check.err_vs_reference(out, case, ref) < 1e-5
+
+
+def test_flashinfer_says_why():
+    from benchlib.baselines import flashinfer
+
+    fi = flashinfer.FlashInferPrefill()
+    why = fi.unavailable()
+    if not torch.cuda.is_available():
+        assert why == "needs CUDA"
+    assert fi.applies(type("C", (), {"shape": shapes.mla(1, 16, 16, 4 * K)})())
+
+
+def test_sglang_not_staged_message(tmp_path):
+    from benchlib.baselines import sglang_triton
+
+    with pytest.raises(sglang_triton.NotStaged) as e:
+        sglang_triton.load(str(tmp_path))
+    assert "run tools/fetch_baselines.sh" in str(e.value)
+    ch = sglang_triton.SGLangChain(str(tmp_path))
+    assert ch.applies(type("C", (), {"shape": shapes.mla(1, 16, 16, 4 * K), "uniform_q": True})())
+
+
+@pytest.mark.skipif(os.environ.get("VERIFY_ATTN_TEST_SGLANG_INTERPRET") != "1",
+                    reason="opt-in: SGLang's staged kernels under the Triton interpreter (slow)")
+def test_sglang_kernels_under_triton_interpreter():
+    """Runs in a subprocess: TRITON_INTERPRET must be set before Triton is imported."""
+    tools = os.path.dirname(os.path.dirname(os.path.abspath(shapes.__file__)))
+    staged = os.environ.get("VERIFY_ATTN_BASELINES_DIR",
+                            os.path.join(os.path.dirname(tools), ".gpu_stage", "baselines"))
+    if not os.path.isdir(os.path.join(staged, "sglang")):
+        pytest.skip(f"no staged baselines in {staged}")
+    code = f"""
+import os, torch
+os.environ["TRITON_INTERPRET"] = "1"
+from benchlib.baselines import sglang_triton as st
+from benchlib import inputs, shapes, check
+mods = st.load({staged!r})
+worst = 0.0
+for shp in [shapes.Shape("mla", 2, 4, 1, 576, 512, 5, 37, "ddtree"),
+            shapes.Shape("gqa", 3, 8, 2, 64, 64, 6, 50, "random"),
+            shapes.Shape("mla", 2, 4, 1, 576, 512, 8, 40, "chain")]:
+    case = inputs.build_case(shp, "cpu", page_size=4, seed=3)
+    case.dtype = torch.float32
+    s = inputs.make_inputs(case)
+    ref = check.reference(case, s)
+    impls = [st.SGLangExtend({staged!r})] + ([st.SGLangChain({staged!r})] if shp.is_chain else [])
+    for impl in impls:
+        impl._mods = mods
+        out = impl.prepare(case, s)()
+        worst = max(worst, check.err_vs_reference(out, case, ref))
+print("WORST", worst)
+"""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([tools] + sys.path))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=1200)
+    assert r.returncode == 0, r.stderr[-3000:]
+    worst = float(r.stdout.split("WORST")[-1])
+    assert worst < 1e-2
+
+
+# ---------------------------------------------------------------------------
+# workload=real adapter
+
+
+def test_fixture_case_adapter():
+    c = {"name": "cap0", "num_qo_heads": 8, "num_kv_heads": 2, "head_dim": 64,
+         "q_lens": [3, 2], "prefix_lens": [10, 4], "parents": [-1, 0, 0, -1, 0]}
+    s = workload.case_to_shape(c)
+    assert s.name == "cap0" and s.model == "gqa" and s.parents == ((-1, 0, 0), (-1, 0))
+    assert s.request_q_lens() == [3, 2] and s.request_prefix_lens() == [10, 4]
+
+    class Obj:
+        heads = 16
+        kv_heads = 1
+        head_dim_qk = 576
+        qo_indptr = [0, 4]
+        kv_lens = [104]
+        parents = [[-1, 0, 1, 1]]
+
+    s2 = workload.case_to_shape(Obj(), 3)
+    assert s2.mla and s2.d_vo == 512 and s2.prefix_lens == (100,) and s2.name.startswith("real#3")
+    with pytest.raises(ValueError):
+        workload.case_to_shape({"heads": 4})
+    with pytest.raises(workload.FixtureUnavailable):
+        workload.load_shapes("")
+
+
+# ---------------------------------------------------------------------------
+# the whole pipeline: tools/bench.py --dry_run (and no-GPU behaviour)
+
+
+def _bench_py():
+    tools = os.path.dirname(os.path.dirname(os.path.abspath(shapes.__file__)))
+    return os.path.join(tools, "bench.py")
+
+
+def _run_bench(args, tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), OUT="")
+    env.pop("OUT")
+    return subprocess.run([sys.executable, _bench_py()] + args, env=env, capture_output=True, text=True,
+                          timeout=600, cwd=str(tmp_path))
+
+
+def test_bench_dry_run(tmp_path):
+    j = tmp_path / "r.json"
+    r = _run_bench(["--dry_run", "--shapes=gqa B3,mla B1 H2", f"--json_out={j}", "--noprogress"], tmp_path)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "torch ref" in r.stdout and "gqa B3 H8/2 D64 T6 L50 random" in r.stdout
+    data = json.loads(j.read_text())
+    assert data["options"]["dry_run"] is True and len(data["rows"]) == 2
+    for row in data["rows"]:
+        assert row["check"] == "ref"
+        t = row["impls"]["torch_ref"]
+        assert t["status"] == "ok" and t["err_ref"] < 1e-4 and t["eager"]["median_us"] > 0
+        assert row["basis"]["impl"] == "torch_ref"
+    assert (tmp_path / "r.png").exists()
+
+
+def test_bench_list(tmp_path):
+    r = _run_bench(["--list", "--grid=full", "--shapes=ddtree"], tmp_path)
+    assert r.returncode == 0
+    assert "mla B1 H16 T1024 L8k ddtree" in r.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU behaviour")
+def test_bench_without_gpu_exits_2(tmp_path):
+    r = _run_bench(["--shapes=mla B1 H16 T16 L4k"], tmp_path)
+    assert r.returncode == 2
+    assert "needs an NVIDIA GPU" in r.stderr

@@ -1,0 +1,73 @@
+"""This project's kernels as benchmark implementations.
+
+- flat: :func:`verify_attn.tree_attention_flat` over the request-contiguous KV;
+- paged: :func:`verify_attn.tree_attention_paged` over the scattered paged
+  cache (page size 1 like SGLang's token pool, or ``--page_size``).
+
+Both get the compact tree mask (chains too: the tree path is what an engine
+calls), the host bounds ``max_q_len``/``max_kv_len`` (no host sync, so the
+call can be captured in a CUDA graph) and a preallocated ``out``. Each is timed
+eagerly and as a CUDA-graph replay. The paged kernel under graph replay is the
+product configuration: the speedups are quoted for it.
+"""
+
+from .baselines import Impl
+
+
+class OursFlat(Impl):
+    name = "ours_flat"
+    label = "verify_attn flat"
+    competitor = False
+    check_vs_ours = False
+
+    def prepare(self, case, inputs):
+        import torch
+        import verify_attn as va
+
+        s = case.shape
+        out = torch.empty((case.total_q, s.heads, s.d_vo), dtype=case.dtype, device=case.device)
+        kw = dict(tree_mask=case.tree_mask, sm_scale=case.sm_scale, head_dim_vo=s.d_vo,
+                  max_q_len=case.max_q_len, max_kv_len=case.max_kv_len, out=out)
+        q, k, v = inputs.q, inputs.k_flat, inputs.v_flat
+        qo, kvp = case.qo_indptr, case.kv_indptr_flat
+
+        def run():
+            va.tree_attention_flat(q, k, v, qo, kvp, **kw)
+            return out
+
+        return run
+
+
+class OursPaged(Impl):
+    name = "ours_paged"
+    label = "verify_attn paged"
+    competitor = False
+    check_vs_ours = False
+
+    def prepare(self, case, inputs):
+        import torch
+        import verify_attn as va
+
+        s = case.shape
+        out = torch.empty((case.total_q, s.heads, s.d_vo), dtype=case.dtype, device=case.device)
+        kw = dict(page_size=case.page_size, tree_mask=case.tree_mask, sm_scale=case.sm_scale,
+                  head_dim_vo=s.d_vo, max_q_len=case.max_q_len, max_kv_len=case.max_kv_len, out=out)
+        q, kc, vc = inputs.q, inputs.k_cache, inputs.v_cache
+        args = (case.qo_indptr, case.kv_indptr_pages, case.kv_indices, case.kv_len)
+
+        def run():
+            va.tree_attention_paged(q, kc, vc, *args, **kw)
+            return out
+
+        return run
+
+    def plan(self, case, inputs):
+        """``verify_attn.plan_info`` for the row (kernel config name, splits)."""
+        import verify_attn as va
+
+        s = case.shape
+        return va.plan_info(
+            inputs.q, inputs.k_cache, inputs.v_cache, case.qo_indptr, case.kv_indptr_pages,
+            case.kv_indices, case.kv_len, page_size=case.page_size, tree_mask=case.tree_mask,
+            sm_scale=case.sm_scale, head_dim_vo=s.d_vo, max_q_len=case.max_q_len,
+            max_kv_len=case.max_kv_len)
