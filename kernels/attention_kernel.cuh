@@ -47,7 +47,7 @@ __device__ void write_nan_rows(const KernelParams& p, int q_start, int R, int ro
     const int64_t token = q_start + gr / G;
     const int h = hk * G + gr % G;
     if (p.num_splits > 1) {
-      if (c == 0) p.ws_lse[split * p.ws_rows + token * p.num_qo_heads + h] = NAN;
+      if (c == 0) p.ws_lse[workspace_row(split, p.ws_rows, token, p.num_qo_heads, h)] = NAN;
     } else {
       DT* o = static_cast<DT*>(p.out) + token * p.out_stride_token + h * p.out_stride_head;
       o[c] = DTypeTraits<DT>::from_float(NAN);
@@ -116,12 +116,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) attention_kernel(const Ker
 
   // ---- KV range of this split ----
   // CAUSAL: no row of the tile sees draft columns past its last token.
-  const int t_last = (min(row0 + M, R) - 1) / G;
-  const int kv_end = p.causal ? min(kv_len, prefix + t_last + 1) : kv_len;
-  const int num_tiles = (kv_end + N - 1) / N;
-  const int tile_begin = static_cast<int>(static_cast<int64_t>(split) * num_tiles / p.num_splits);
-  const int tile_end =
-      static_cast<int>(static_cast<int64_t>(split + 1) * num_tiles / p.num_splits);
+  const int num_tiles = row_tile_kv_tiles(row0, M, R, G, kv_len, prefix, p.causal != 0, N);
+  int tile_begin, tile_end;
+  split_tile_range(split, p.num_splits, num_tiles, &tile_begin, &tile_end);
 
   const DT* gq = static_cast<const DT*>(p.q);
   const DT* gk = static_cast<const DT*>(p.k);
@@ -336,7 +333,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) attention_kernel(const Ker
       if (p.lse != nullptr && wn == 0 && t4 == 0)
         p.lse[token * p.lse_stride_token + h * p.lse_stride_head] = lse;
     } else {
-      const int64_t wrow = split * p.ws_rows + token * p.num_qo_heads + h;
+      const int64_t wrow = workspace_row(split, p.ws_rows, token, p.num_qo_heads, h);
       float* orow = p.ws_o + wrow * DV + wn * DVW + 2 * t4;
 #pragma unroll
       for (int j = 0; j < NT_O; ++j)

@@ -86,6 +86,42 @@ struct DeviceInfo {
 // Current device and its attributes. VA_ERR_NO_DEVICE if there is none.
 va_status query_device(DeviceInfo* info);
 
+#if defined(__CUDACC__)
+#define VA_HOST_DEVICE __host__ __device__
+#else
+#define VA_HOST_DEVICE
+#endif
+
+// The KV tiles [*begin, *end) that split `split` of `num_splits` takes of a
+// row tile's `num_tiles` tiles: contiguous, disjoint, and together covering
+// [0, num_tiles) (possibly empty when num_splits > num_tiles). Shared by the
+// kernel (device) and the plan tests (host), so what is tested is what runs.
+VA_HOST_DEVICE inline void split_tile_range(int split, int num_splits, int num_tiles, int* begin,
+                                            int* end) {
+  *begin = static_cast<int>(static_cast<int64_t>(split) * num_tiles / num_splits);
+  *end = static_cast<int>(static_cast<int64_t>(split + 1) * num_tiles / num_splits);
+}
+
+// KV tiles (of N rows) the row tile starting at folded row `row0` (M rows,
+// R rows in the request, G rows per token) visits: all `kv_len` rows, or under
+// CAUSAL only up to the last token's own draft row (prefix + t_last).
+VA_HOST_DEVICE inline int row_tile_kv_tiles(int row0, int M, int R, int G, int kv_len,
+                                            int prefix, bool causal, int N) {
+  const int last = (row0 + M < R ? row0 + M : R) - 1;
+  const int t_last = last / G;
+  const int kv_end = causal ? (kv_len < prefix + t_last + 1 ? kv_len : prefix + t_last + 1)
+                            : kv_len;
+  return (kv_end + N - 1) / N;
+}
+
+// Work-list entry of grid block (x, y, z): request x / Hkv, KV head x % Hkv,
+// row tile y (folded rows [y M, (y+1) M)), split z. Partial results of split z
+// for output row (token, head) live at workspace row z * ws_rows + token * Hq + head.
+VA_HOST_DEVICE inline int64_t workspace_row(int split, int64_t ws_rows, int64_t token,
+                                            int num_qo_heads, int head) {
+  return split * ws_rows + token * num_qo_heads + head;
+}
+
 struct Plan {
   ConfigId config;
   int group;             // query rows folded per KV head and token (Hq / Hkv)
@@ -102,6 +138,12 @@ struct Plan {
 // heads, max_q_len, ...). Fails with VA_ERR_UNSUPPORTED when no config fits
 // the device or the device arch is not built.
 va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan);
+
+// Split-K count for `base_ctas` CTAs (requests x KV heads x row tiles) over a
+// row tile's `kv_tiles` KV tiles, `ctas_per_sm` resident per SM: the count that
+// minimises (waves of CTAs) x (tiles per CTA + fixed cost per CTA), so a split
+// that leaves a partial last wave is not taken (wave quantisation).
+int choose_splits(int64_t base_ctas, int64_t kv_tiles, int num_sms, int ctas_per_sm);
 
 }  // namespace verify_attn
 

@@ -4,6 +4,10 @@
 // resource table (the CI log records what sm_120 would run).
 #include <cstdio>
 #include <initializer_list>
+#include <random>
+#include <set>
+#include <tuple>
+#include <vector>
 
 #include "kernels/plan.h"
 
@@ -80,6 +84,87 @@ int main() {
     const va::DeviceInfo tiny{0, 86, 84, 48 * 1024};
     CHECK(va::make_plan(p, tiny, &plan) == VA_ERR_UNSUPPORTED, "48 KB device must be unsupported");
   }
+  // The work list the launch grid stands for covers every (request, row tile,
+  // KV tile) exactly once, every output row once, and stays inside the
+  // workspace: random ragged length mixes, tree and causal, both archs.
+  {
+    std::mt19937 rng(12345);
+    int mixes = 0;
+    for (int trial = 0; trial < 200; ++trial) {
+      const bool mla = trial % 2 == 0;
+      const bool causal = trial % 3 == 0;
+      const int hkv = mla ? 1 : 1 << (rng() % 3);
+      const int group = mla ? (trial % 10 == 0 ? 128 : 1 + rng() % 24) : 1 + rng() % 16;
+      const int hq = hkv * group;
+      const int b = 1 + rng() % 8;
+      std::vector<int> q_len(b), kv_len(b);
+      int max_q = 1, total_q = 0;
+      long max_kv = 1;
+      for (int i = 0; i < b; ++i) {
+        q_len[i] = rng() % 5 == 0 ? 0 : 1 + rng() % (rng() % 4 ? 16 : 160);
+        kv_len[i] = q_len[i] + (rng() % 3 == 0 ? 0 : rng() % 50000);
+        max_q = std::max(max_q, q_len[i]);
+        max_kv = std::max<long>(max_kv, kv_len[i]);
+        total_q += q_len[i];
+      }
+      va_params p = shape(mla, mla ? 576 : 128, hq, hkv, b, max_q, max_kv);
+      p.total_q = total_q;
+      p.mask_mode = causal ? VA_MASK_CAUSAL : VA_MASK_TREE;
+      p.num_splits = trial % 4 == 1 ? 1 + rng() % 40 : 0;
+      const va::DeviceInfo& dev = trial % 5 == 0 ? sm120 : sm90;
+      va::Plan plan;
+      if (va::make_plan(p, dev, &plan) != VA_OK) {
+        CHECK(false, "make_plan: %s", va_last_error_message());
+        continue;
+      }
+      const va::ConfigDesc& d = va::config_desc(plan.config);
+      const int64_t ws_rows_cap = plan.splits > 1
+          ? static_cast<int64_t>(plan.ws_o_bytes / (sizeof(float) * p.head_dim_vo)) : 0;
+      std::set<std::tuple<int, int, int>> kv_seen;     // (request, row tile, KV tile)
+      std::set<std::pair<int64_t, int>> rows_seen;     // (token, head)
+      std::set<int64_t> ws_seen;
+      bool ok = true;
+      int q_start = 0;
+      for (int i = 0; i < b; ++i) {
+        const int R = q_len[i] * plan.group;
+        const int prefix = kv_len[i] - q_len[i];
+        for (int hk = 0; hk < hkv; ++hk)
+          for (int y = 0; y < plan.row_tiles; ++y) {
+            const int row0 = y * d.m;
+            if (row0 >= R) continue;  // the kernel's CTA exits
+            const int tiles = va::row_tile_kv_tiles(row0, d.m, R, plan.group, kv_len[i], prefix,
+                                                    causal, d.n);
+            for (int z = 0; z < plan.splits; ++z) {
+              int t0, t1;
+              va::split_tile_range(z, plan.splits, tiles, &t0, &t1);
+              ok &= 0 <= t0 && t0 <= t1 && t1 <= tiles;
+              for (int t = t0; t < t1; ++t) ok &= kv_seen.insert({i, y * hkv + hk, t}).second;
+              for (int r = row0; r < std::min(row0 + d.m, R); ++r) {
+                const int64_t token = q_start + r / plan.group;
+                const int head = hk * plan.group + r % plan.group;
+                if (z == 0) ok &= rows_seen.insert({token, head}).second;
+                if (plan.splits > 1) {
+                  const int64_t w = va::workspace_row(z, plan.ws_rows, token, hq, head);
+                  ok &= w >= 0 && w < plan.splits * ws_rows_cap && ws_seen.insert(w).second;
+                }
+              }
+            }
+            // every KV tile of this row tile visited exactly once
+            for (int t = 0; t < tiles; ++t) ok &= kv_seen.count({i, y * hkv + hk, t}) == 1;
+          }
+        q_start += q_len[i];
+      }
+      ok &= static_cast<int64_t>(rows_seen.size()) == static_cast<int64_t>(total_q) * hq;
+      CHECK(ok, "work list coverage, trial %d (B=%d Hq=%d splits=%d causal=%d)", trial, b, hq,
+            plan.splits, causal);
+      ++mixes;
+    }
+    std::printf("work list checked on %d random length mixes\n", mixes);
+  }
+  // Split choice avoids a partial last wave (H200 figures in plan.cc).
+  CHECK(va::choose_splits(16, 1026, 132, 1) == 8, "B1 H16 T64 L32k: 8 splits (one wave)");
+  CHECK(va::choose_splits(128, 129, 132, 1) == 1, "128 CTAs already fill the GPU");
+  CHECK(va::choose_splits(1, 3, 132, 1) == 1, "too few tiles to split");
   std::printf("%d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;
 }

@@ -1,0 +1,66 @@
+"""Run one bench shape a few times, for ncu / compute-sanitizer to look at.
+
+    ncu --clock-control none -k regex:attention_kernel -c 1 --section SpeedOfLight \
+        python3 tools/profile_case.py --kind=mla --batch=1 --heads=16 --q_len=64 --prefix=32768
+"""
+
+import argparse
+
+import torch
+
+import verify_attn
+from verify_attn import masks
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kind", default="mla", choices=["mla", "gqa"])
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--kv_heads", type=int, default=4)
+    ap.add_argument("--head_dim", type=int, default=128)
+    ap.add_argument("--q_len", type=int, default=64)
+    ap.add_argument("--prefix", type=int, default=32768)
+    ap.add_argument("--page_size", type=int, default=1)
+    ap.add_argument("--iters", type=int, default=3)
+    ap.add_argument("--num_splits", type=int, default=0)
+    a = ap.parse_args()
+    dev, dt = "cuda", torch.bfloat16
+    mla = a.kind == "mla"
+    hkv = 1 if mla else a.kv_heads
+    dqk, dvo = (576, 512) if mla else (a.head_dim, a.head_dim)
+    kv = a.prefix + a.q_len
+    pages = (kv + a.page_size - 1) // a.page_size
+    num_pages = a.batch * pages + 16
+    qo = torch.arange(0, a.batch + 1, dtype=torch.int32, device=dev) * a.q_len
+    kv_indptr = torch.arange(0, a.batch + 1, dtype=torch.int32, device=dev) * pages
+    kv_indices = torch.randperm(num_pages, device=dev)[: a.batch * pages].to(torch.int32)
+    kv_len = torch.full((a.batch,), kv, dtype=torch.int32, device=dev)
+    k = torch.randn(num_pages, a.page_size, hkv, dqk, device=dev, dtype=dt)
+    v = None if mla else torch.randn(num_pages, a.page_size, hkv, dvo, device=dev, dtype=dt)
+    q = torch.randn(a.batch * a.q_len, a.heads, dqk, device=dev, dtype=dt)
+    parents = []
+    for _ in range(a.batch):
+        parents += masks.random_parents("ddtree", a.q_len)
+    tree = masks.from_parents(torch.tensor(parents, dtype=torch.int32, device=dev), qo)
+    info = verify_attn.plan_info(q, k, v, qo, kv_indptr, kv_indices, kv_len, tree_mask=tree,
+                                 max_q_len=a.q_len, max_kv_len=kv, num_splits=a.num_splits)
+    print(info)
+    for _ in range(a.iters):
+        verify_attn.tree_attention_paged(q, k, v, qo, kv_indptr, kv_indices, kv_len, tree_mask=tree,
+                                         max_q_len=a.q_len, max_kv_len=kv, num_splits=a.num_splits)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(10):
+        verify_attn.tree_attention_paged(q, k, v, qo, kv_indptr, kv_indices, kv_len, tree_mask=tree,
+                                         max_q_len=a.q_len, max_kv_len=kv, num_splits=a.num_splits)
+    end.record()
+    torch.cuda.synchronize()
+    us = start.elapsed_time(end) / 10 * 1e3
+    flops = 2 * a.heads * a.q_len * kv * (dqk + dvo) * a.batch
+    print("mean %.1f us, %.1f TFLOP/s" % (us, flops / us / 1e6))
+
+
+if __name__ == "__main__":
+    main()
