@@ -225,6 +225,7 @@ def main(argv):
                         "workload": FLAGS.workload, "fixture": FLAGS.fixture,
                         "baselines_dir": baselines_dir},
             "rows": rows,
+            "captured": captured,
         }
 
     def on_row(rows):
@@ -233,6 +234,23 @@ def main(argv):
         except Exception as e:  # noqa: BLE001
             print(f"verify_attn bench: could not write {json_out}: {e}", file=sys.stderr)
 
+    captured = []
+    if FLAGS.workload == "real" and not FLAGS.dry_run:
+        # First the captured tensors themselves against their float64 reference.
+        from benchlib import workload
+        from tabulate import tabulate
+
+        captured = workload.check_captured(FLAGS.fixture, device=device)
+        print("Captured real inputs (SmolLM2-135M, tools/capture): our paged kernel vs the "
+              "captured float64 reference")
+        print(tabulate([[r["case"], r["page_size"], "/".join(map(str, r["q_lens"])),
+                         "/".join(map(str, r["prefix_lens"])), f"{r['median_us']:.1f}",
+                         f"{r['rel_err']:.1e}", f"{r['rel_err_max_req']:.1e}",
+                         f"{r.get('lse_abs_err', float('nan')):.1e}", "ok" if r["ok"] else "FAIL"]
+                        for r in captured],
+                       headers=["case", "page", "q_len", "prefix", "us (eager)", "rel err",
+                                "worst req", "lse err", ""], tablefmt="github"))
+        print()
     prog = report.Progress(len(selected), enabled=FLAGS.progress)
     try:
         rows = runner.run_all(selected, impls, opts, ceil, on_row=on_row, progress=prog,
@@ -250,7 +268,8 @@ def main(argv):
     bad = [r for r in rows if r.get("error") and not str(r["error"]).startswith("skipped")]
     ours_bad = [r for r in rows for k in ("ours_paged", "ours_flat")
                 if (r.get("impls") or {}).get(k, {}).get("status") in ("failed", "wrong")]
-    return 1 if (bad or ours_bad) else 0
+    captured_bad = [r for r in captured if not r["ok"]]
+    return 1 if (bad or ours_bad or captured_bad) else 0
 
 
 if __name__ == "__main__":

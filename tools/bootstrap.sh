@@ -15,6 +15,7 @@ PY="${VERIFY_ATTN_PYTHON:-python3}"
 PYVER="$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 VENV="${VERIFY_ATTN_VENV:-$HOME/.cache/verify_attn/venv-$PYVER}"
 REQ="$ROOT/tools/requirements-dev.txt"
+REQ_NODEPS="$ROOT/tools/requirements-nodeps.txt"
 
 log() { echo "[bootstrap] $*" >&2; }
 
@@ -31,11 +32,12 @@ if ((${#missing[@]})); then
 fi
 
 stamp="$VENV/.requirements.sha256"
-want="$(sha256sum "$REQ" | cut -d' ' -f1)"
+want="$(cat "$REQ" "$REQ_NODEPS" | sha256sum | cut -d' ' -f1)"
 if [[ ! -x "$VENV/bin/python" || ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
   log "creating virtualenv $VENV"
   "$PY" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQ"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -r "$REQ_NODEPS"
   echo "$want" > "$stamp"
 fi
 

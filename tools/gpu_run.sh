@@ -27,6 +27,9 @@ stage)
   # Baseline kernels for the bench (SGLang's Triton kernels, downloaded by
   # package name, never committed): into .gpu_stage/baselines/.
   tools/fetch_baselines.sh
+  # Real draft trees on real activations (CPU, about 20 s), for the GPU test
+  # and `bench --workload=real`.
+  bazel run //tools:capture -- --out="$STAGE/real_trees.safetensors"
   du -sh "$STAGE"
   ls -la "$STAGE"
   ;;
@@ -40,6 +43,7 @@ device)
   export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
   export PYTHONUNBUFFERED=1
   export VERIFY_ATTN_WHEEL="$(ls "$STAGE"/verify_attn-*.whl)"
+  [[ -f "$STAGE/real_trees.safetensors" ]] && export VERIFY_ATTN_REAL_FIXTURE="$STAGE/real_trees.safetensors"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee "$LOG/gpu.txt"
   (cd /tmp && "$PY" -c "import verify_attn, torch; print(verify_attn.__file__, verify_attn.runtime_info(), torch.__version__)")
   status=0
@@ -55,6 +59,10 @@ device)
   fi
   if [[ "${SKIP_BENCH:-0}" != 1 && -f "$ROOT/tools/bench.py" ]]; then
     (cd /tmp && "$PY" "$ROOT/tools/bench.py" ${BENCH_ARGS:-} 2>&1 | tee "$LOG/bench.log") || status=1
+    if [[ -n "${VERIFY_ATTN_REAL_FIXTURE:-}" && "${SKIP_REAL_BENCH:-0}" != 1 ]]; then
+      (cd /tmp && "$PY" "$ROOT/tools/bench.py" --workload=real --json_out="$LOG/bench_real.json" \
+          --flex=none 2>&1 | tee "$LOG/bench_real.log") || status=1
+    fi
   fi
   exit $status
   ;;

@@ -170,3 +170,39 @@ def load_shapes(path: str) -> List[Shape]:
     if isinstance(cases, dict):
         cases = list(cases.values())
     return [case_to_shape(c, i) for i, c in enumerate(list(cases))]
+
+
+def _import_fixture_module():
+    """tools/capture/fixture.py as a module (its siblings import by plain names)."""
+    cap = os.path.join(_tools_dir(), "capture")
+    if cap not in sys.path:
+        sys.path.insert(0, cap)
+    return importlib.import_module("fixture")
+
+
+def check_captured(path: Optional[str], device="cuda", page_sizes=(16, 1)) -> List[dict]:
+    """Run our paged kernel on the captured tensors themselves and compare each
+    case with its captured float64 reference; time it (CUDA events, median).
+
+    Returns one row per (case, page_size): ``case``, ``page_size``, ``q_lens``,
+    ``prefix_lens``, ``rel_err``, ``rel_err_max_req``, ``lse_abs_err``,
+    ``median_us``, ``tflops``, ``ok`` (rel_err < 1e-2 and finite).
+    """
+    from . import timing
+
+    fx = _import_fixture_module()
+    path = path or fx.find_fixture()
+    if not path:
+        raise FixtureUnavailable("no fixture: run `bazel run //tools:capture` or set VERIFY_ATTN_REAL_FIXTURE")
+    rows = []
+    for ps in page_sizes:
+        for c in fx.load_fixture(path, device=device, page_size=ps):
+            out, lse = fx.run_kernel(c)
+            err = fx.compare(out, lse, c)
+            t = timing.time_eager([lambda c=c: fx.run_kernel(c)], device, target_ms=50.0)
+            rows.append(dict(case=c.name, page_size=c.page_size, q_lens=c.q_lens,
+                             prefix_lens=c.prefix_lens, median_us=t.median_us,
+                             tflops=c.flops() / (t.median_us * 1e-6) / 1e12,
+                             ok=err["rel_err"] < 1e-2 and err.get("lse_abs_err", 0) < 1e-2,
+                             **err))
+    return rows
