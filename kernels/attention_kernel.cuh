@@ -23,6 +23,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "kernels/core/errors.cuh"
 #include "kernels/core/mask.cuh"
 #include "kernels/core/merge.cuh"
 #include "kernels/core/mma.cuh"
@@ -80,6 +81,13 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) attention_kernel(const Ker
                                             Shape::kVBytes + Shape::kPBytes);  // [WN][M]
   float* red_sum = red_max + WN * M;                                           // [WN][M]
 
+  // Set when a KV row of this CTA's range had a bad index (it was zero-filled,
+  // not read): the CTA's rows are then written as NaN (and lse NaN, so a
+  // split-K merge turns the whole row NaN), never a silently wrong value.
+  __shared__ int s_bad_kv;
+  if (threadIdx.x == 0) s_bad_kv = 0;
+  __syncthreads();  // before any load can set it
+
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
   const int wm = warp / WN, wn = warp % WN;
@@ -94,14 +102,14 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) attention_kernel(const Ker
   const int q_start = __ldg(p.qo_indptr + req);
   const int q_end = __ldg(p.qo_indptr + req + 1);
   if (q_start < 0 || q_end < q_start || q_end > p.total_q) {
-    if (first_cta && p.error_word != nullptr) atomicOr(p.error_word, kErrQoIndptr);
+    if (first_cta) report_error(p.error_word, kErrQoIndptr, req, q_end, -1);
     return;
   }
   const int q_len = q_end - q_start;
   const int G = p.group;
   const int R = q_len * G;
-  if (first_cta && p.error_word != nullptr && R > static_cast<int>(gridDim.y) * M)
-    atomicOr(p.error_word, kErrQoIndptr);  // q_len > max_q_len: rows left unwritten
+  if (first_cta && R > static_cast<int>(gridDim.y) * M)  // q_len > max_q_len: rows unwritten
+    report_error(p.error_word, kErrQoIndptr, req, q_len, -1);
   const int row0 = blockIdx.y * M;
   if (row0 >= R) return;
 
@@ -109,7 +117,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) attention_kernel(const Ker
   const int kv_len = loader.kv_len();
   const int prefix = kv_len - q_len;
   if (prefix < 0) {
-    if (first_cta && p.error_word != nullptr) atomicOr(p.error_word, kErrKvShort);
+    if (first_cta) report_error(p.error_word, kErrKvShort, req, kv_len, -1);
     write_nan_rows<Shape, DT>(p, q_start, R, row0, hk, split);
     return;
   }
@@ -144,7 +152,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) attention_kernel(const Ker
         [&](int r, int64_t* k_off, int64_t* v_off) {
           const int j = j0 + r;
           if (j >= kv_len) return false;  // zero rows: masked, and 0 * V stays finite
-          return loader.row(j, k_off, v_off);
+          if (loader.row(j, k_off, v_off)) return true;
+          s_bad_kv = 1;
+          return false;
         },
         tid);
   };
@@ -297,6 +307,11 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) attention_kernel(const Ker
     }
   }
   cp_async_wait<0>();  // nothing may be in flight when the CTA exits
+  __syncthreads();     // s_bad_kv of every load is visible
+  if (s_bad_kv) {
+    write_nan_rows<Shape, DT>(p, q_start, R, row0, hk, split);
+    return;
+  }
 
   // ---- finalize: full row sums, normalize, store ----
   float l[2] = {quad_sum(sm[0].l), quad_sum(sm[1].l)};

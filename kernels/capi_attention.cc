@@ -44,8 +44,9 @@ va_status validate_config(const va_params* p) {
   if (p->total_q > 0 && (p->max_q_len < 1 || p->max_q_len > 1024))
     return va_fail(VA_ERR_INVALID_VALUE, "max_q_len: must be in [1, 1024] (got %d)",
                    p->max_q_len);
-  if (p->max_kv_len < 0)
-    return va_fail(VA_ERR_INVALID_VALUE, "max_kv_len: must be >= 0 (got %lld)",
+  if (p->max_kv_len < 0 || p->max_kv_len > INT32_MAX)
+    return va_fail(VA_ERR_INVALID_VALUE,
+                   "max_kv_len: must be in [0, 2^31-1] (kv lengths are int32) (got %lld)",
                    static_cast<long long>(p->max_kv_len));
   if (p->num_qo_heads < 1)
     return va_fail(VA_ERR_INVALID_VALUE, "num_qo_heads: must be >= 1 (got %d)", p->num_qo_heads);
@@ -83,6 +84,10 @@ va_status validate_config(const va_params* p) {
                      "num_qo_heads: group num_qo_heads/num_kv_heads must be <= 16 (got %d)",
                      p->num_qo_heads / p->num_kv_heads);
   }
+  if (static_cast<int64_t>(p->total_q) * p->num_qo_heads > INT32_MAX)
+    return va_fail(VA_ERR_INVALID_VALUE,
+                   "total_q: total_q * num_qo_heads must be <= 2^31-1 (got %d * %d)", p->total_q,
+                   p->num_qo_heads);
   if (!std::isfinite(p->sm_scale) || !(p->sm_scale > 0.f))
     return va_fail(VA_ERR_INVALID_VALUE, "sm_scale: must be finite and > 0 (got %g)",
                    static_cast<double>(p->sm_scale));

@@ -78,6 +78,7 @@ va_status launch_attention(const KernelParams& kp, const Plan& plan, int dtype, 
     case kCfgGqa128M64N64S2: return launch_config<kCfgGqa128M64N64S2, Loader>(kp, plan, dtype, stream);
     case kCfgGqa256M64N32S2: return launch_config<kCfgGqa256M64N32S2, Loader>(kp, plan, dtype, stream);
     case kCfgGqa256M64N32S1: return launch_config<kCfgGqa256M64N32S1, Loader>(kp, plan, dtype, stream);
+    case kCfgMlaM64N32W8S2: return launch_config<kCfgMlaM64N32W8S2, Loader>(kp, plan, dtype, stream);
     default: break;
   }
   return va_fail(VA_ERR_UNSUPPORTED, "config: unknown configuration id %d",

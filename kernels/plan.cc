@@ -4,6 +4,8 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <cstdio>
 
 #include "kernels/status.h"
@@ -25,6 +27,7 @@ const ConfigDesc kDescs[kNumConfigs] = {
     make_desc<kCfgGqa128M64N64S2>("gqa_d128_m64n64_s2"),
     make_desc<kCfgGqa256M64N32S2>("gqa_d256_m64n32_s2"),
     make_desc<kCfgGqa256M64N32S1>("gqa_d256_m64n32_s1"),
+    make_desc<kCfgMlaM64N32W8S2>("mla_m64n32_w8_s2"),
 };
 
 // Split-K rule: only when the unsplit grid is under one wave; then aim at
@@ -97,9 +100,12 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
 
   // Candidate configurations, best first; the first that fits the device's
   // shared memory wins.
-  ConfigId cands[3];
+  ConfigId cands[4];
   int n = 0;
   if (mla) {
+    // H200, B1 H16 T64 L32k: 8 warps 524 us vs 16 warps 627 us (fewer Q
+    // fragment reloads per score); B1 H128 T32 L8k 502 vs 598; B32 T16 L4k 502 vs 589.
+    if (rows_max > 32) cands[n++] = kCfgMlaM64N32W8S2;
     if (rows_max > 32) cands[n++] = kCfgMlaM64N32S2;
     cands[n++] = kCfgMlaM32N32S2;
     cands[n++] = kCfgMlaM32N32S1;
@@ -112,7 +118,19 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
     cands[n++] = kCfgGqa256M64N32S1;
   }
   int chosen = -1;
-  for (int i = 0; i < n; ++i) {
+  // Tuning knob (benchmarks only): VERIFY_ATTN_FORCE_CONFIG=<tag> (e.g.
+  // mla_m64n32_w8_s2) puts that configuration first when it serves this layout.
+  if (const char* force = std::getenv("VERIFY_ATTN_FORCE_CONFIG")) {
+    for (int id = 0; id < kNumConfigs; ++id) {
+      const ConfigDesc& fd = kDescs[id];
+      const bool serves = mla ? std::strncmp(fd.tag, "mla", 3) == 0
+                              : (std::strncmp(fd.tag, "gqa", 3) == 0 &&
+                                 std::atoi(fd.tag + 5) == p.head_dim_qk);
+      if (serves && std::strcmp(fd.tag, force) == 0 && fd.smem_bytes <= dev.max_smem_optin)
+        chosen = id;
+    }
+  }
+  for (int i = 0; i < n && chosen < 0; ++i) {
     if (kDescs[cands[i]].smem_bytes <= dev.max_smem_optin) {
       chosen = cands[i];
       break;

@@ -50,13 +50,14 @@ struct TileShape {
 };
 
 enum ConfigId : int {
-  kCfgMlaM64N32S2 = 0,  // sm_90: 16 warps, 2-stage cp.async pipeline
+  kCfgMlaM64N32S2 = 0,  // sm_90: 16 warps (4 x 4), 2-stage cp.async pipeline
   kCfgMlaM32N32S2,      // sm_90, few rows per request
   kCfgMlaM32N32S1,      // sm_120 (101376 B of shared memory per block)
   kCfgGqa64M64N64S2,
   kCfgGqa128M64N64S2,
   kCfgGqa256M64N32S2,   // sm_90
   kCfgGqa256M64N32S1,   // sm_120
+  kCfgMlaM64N32W8S2,    // sm_90: 8 warps (4 x 2): half the Q fragment reloads per score
   kNumConfigs
 };
 
@@ -69,6 +70,7 @@ template <> struct ConfigShape<kCfgGqa64M64N64S2> { using type = TileShape<64, 6
 template <> struct ConfigShape<kCfgGqa128M64N64S2> { using type = TileShape<128, 128, false, 4, 2, 64, 2>; };
 template <> struct ConfigShape<kCfgGqa256M64N32S2> { using type = TileShape<256, 256, false, 4, 2, 32, 2>; };
 template <> struct ConfigShape<kCfgGqa256M64N32S1> { using type = TileShape<256, 256, false, 4, 2, 32, 1>; };
+template <> struct ConfigShape<kCfgMlaM64N32W8S2> { using type = TileShape<576, 512, true, 4, 2, 32, 2>; };
 
 struct ConfigDesc {
   const char* tag;  // e.g. "mla_m32n32_s1"

@@ -122,7 +122,15 @@ typedef struct va_params {
   void* workspace;           /* device scratch, >= va_workspace_size() bytes */
   size_t workspace_bytes;
 
-  int32_t* error_word;       /* optional device int32: set != 0 on bad device data */
+  int32_t* error_word;       /* optional device int32[4], caller-initialised to
+                                {0, -1, 0, 0}; on bad device data the kernels set
+                                [0] |= bits (1 bad KV index: the row is never read
+                                and the request's rows become NaN; 2 kv_len <
+                                q_len: rows NaN; 4 bad qo_indptr / q_len >
+                                max_q_len: rows skipped), and the first error
+                                wins [1] = request, [2] = the bad value (page id,
+                                flat row or kv_len), [3] = KV position j or -1.
+                                No host sync: read it when convenient. */
 
   void* stream;              /* cudaStream_t (NULL = legacy default stream) */
 } va_params;

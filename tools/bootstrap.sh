@@ -19,7 +19,9 @@ REQ_NODEPS="$ROOT/tools/requirements-nodeps.txt"
 
 log() { echo "[bootstrap] $*" >&2; }
 
-apt_pkgs=(bazel-bootstrap bazel-rules-java bazel-skylib)
+# clang + libclang-rt-14-dev: the C-ABI fuzzer (kernels/fuzz/run_fuzz.sh:
+# libFuzzer, ASan, UBSan); not needed by the Bazel build.
+apt_pkgs=(bazel-bootstrap bazel-rules-java bazel-skylib clang libclang-rt-14-dev)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

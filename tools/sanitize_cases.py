@@ -2,6 +2,12 @@
 
 Flat and paged, MLA and GQA, split and unsplit, tree and causal, fp16 and bf16;
 each checked against the float64 reference (exit status 1 on a mismatch).
+Plus a bad-index case (paged, page ids past the end, negative and INT32_MAX in
+three requests, split and unsplit): the run expects
+verify_attn.check_errors() to raise KernelInputError naming a poisoned request,
+the clean request to stay exact, and (memcheck) no out-of-pool read. Run it
+with PYTORCH_NO_CUDA_MEMORY_CACHING=1 so each tensor is its own allocation and
+memcheck sees a read past the cache (gpu_run.sh does).
 Run by tools/gpu_run.sh under memcheck, racecheck and initcheck:
 
     compute-sanitizer --tool memcheck --error-exitcode 3 python3 tools/sanitize_cases.py
@@ -51,6 +57,50 @@ def make_case(rng, *, mla, paged, dtype, batch, q_len, prefix, heads, hkv, d, pa
     return fn, ref, args, dict(tree_mask=tree, causal=causal, **kw)
 
 
+def bad_index_case(rng, *, mla, splits):
+    """Poisoned page ids must not be read; check_errors names one; request 0 stays exact."""
+    dev = "cuda"
+    page_size = 1 if mla else 16
+    q_lens, prefix = [6, 5, 4, 7], [90, 60, 130, 40]
+    kv_lens = [p + q for p, q in zip(prefix, q_lens)]
+    pages = [(n + page_size - 1) // page_size for n in kv_lens]
+    num_pages = sum(pages) + 3
+    H, hkv, dqk, dvo = (16, 1, 576, 512) if mla else (8, 2, 128, 128)
+    qo = torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0)), dtype=torch.int32, device=dev)
+    parents = []
+    for ql in q_lens:
+        parents += masks.random_parents("random", ql, rng=rng)
+    tree = masks.from_parents(torch.tensor(parents, dtype=torch.int32, device=dev), qo)
+    kv_indptr = torch.tensor([0] + list(torch.tensor(pages).cumsum(0)), dtype=torch.int32, device=dev)
+    idx = torch.randperm(num_pages, device=dev)[: sum(pages)].to(torch.int32)
+    k = torch.randn(num_pages, page_size, hkv, dqk, device=dev, dtype=torch.bfloat16)
+    v = None if mla else torch.randn(num_pages, page_size, hkv, dvo, device=dev, dtype=torch.bfloat16)
+    kv_len = torch.tensor(kv_lens, dtype=torch.int32, device=dev)
+    q = torch.randn(int(qo[-1]), H, dqk, device=dev, dtype=torch.bfloat16)
+    ro, _ = reference.reference_attention_paged(q, k, v, qo, kv_indptr, idx, kv_len, tree_mask=tree)
+    bad = idx.clone()
+    kvp = kv_indptr.tolist()
+    poisoned = {1: num_pages + 5, 2: -3, 3: 2**31 - 1}
+    for req, val in poisoned.items():
+        bad[kvp[req] + (kvp[req + 1] - kvp[req]) // 2] = val
+    verify_attn.check_errors()
+    out = verify_attn.tree_attention_paged(q, k, v, qo, kv_indptr, bad, kv_len, tree_mask=tree,
+                                           max_q_len=max(q_lens), max_kv_len=max(kv_lens), num_splits=splits)
+    try:
+        verify_attn.check_errors()
+        flagged, msg = None, "no error raised"
+    except verify_attn.KernelInputError as e:
+        flagged, msg = e, str(e)
+    r = slice(0, q_lens[0])
+    err = ((out[r].double() - ro[r]).norm() / ro[r].norm()).item()
+    ok = (flagged is not None and flagged.bits & verify_attn.errors.ERR_KV_INDEX
+          and flagged.request in poisoned and flagged.value == poisoned[flagged.request]
+          and err < 1e-2 and bool(torch.isfinite(out[r]).all()))
+    print("%s bad-index mla=%s splits=%d: request 0 rel err %.2e; raised: %s" % (
+        "ok  " if ok else "FAIL", mla, splits, err, msg[:200]))
+    return ok
+
+
 def main():
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
@@ -77,7 +127,11 @@ def main():
         failed += not ok
         print("%s mla=%s paged=%s splits=%d: rel err %.2e, lse max abs err %.2e" % (
             "ok  " if ok else "FAIL", c["mla"], c["paged"], splits, err, lerr))
-    print("seed %d; worst rel err %.2e; %d passed, %d failed" % (seed, worst, len(cases) - failed, failed))
+    bad_cases = [dict(mla=True, splits=0), dict(mla=False, splits=3), dict(mla=False, splits=1)]
+    for c in bad_cases:
+        failed += not bad_index_case(rng, **c)
+    n = len(cases) + len(bad_cases)
+    print("seed %d; worst rel err %.2e; %d passed, %d failed" % (seed, worst, n - failed, failed))
     return 1 if failed else 0
 
 

@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "kernels/core/errors.cuh"
 #include "kernels/launch.h"
 
 namespace verify_attn {
@@ -18,6 +19,7 @@ struct FlatLoader {
   int64_t k_head_off, v_head_off;
   int64_t k_stride, v_stride;
   int32_t* error_word;
+  int req_;
 
   __device__ __forceinline__ FlatLoader(const KernelParams& p, int req, int hk) {
     const int32_t b = __ldg(p.kv_indptr + req);
@@ -30,6 +32,7 @@ struct FlatLoader {
     k_stride = p.k_stride_token;
     v_stride = p.v_stride_token;
     error_word = p.error_word;
+    req_ = req;
   }
 
   __device__ __forceinline__ int kv_len() const { return kv_len_; }
@@ -37,8 +40,8 @@ struct FlatLoader {
   // Offsets of row j (0 <= j < kv_len) or false when it must not be read.
   __device__ __forceinline__ bool row(int j, int64_t* k_off, int64_t* v_off) const {
     const int64_t r = base + j;
-    if (r < 0 || r >= num_rows) {
-      if (error_word != nullptr) atomicOr(error_word, kErrKvIndex);
+    if (r < 0 || r >= num_rows) {  // never dereferenced
+      report_error(error_word, kErrKvIndex, req_, r, j);
       return false;
     }
     *k_off = r * k_stride + k_head_off;

@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "kernels/core/errors.cuh"
 #include "kernels/launch.h"
 
 namespace verify_attn {
@@ -21,6 +22,7 @@ struct PagedLoader {
   int64_t k_head_off, v_head_off;
   int64_t k_page, v_page, k_tok, v_tok;
   int32_t* error_word;
+  int req_;
 
   __device__ __forceinline__ PagedLoader(const KernelParams& p, int req, int hk) {
     indices = p.kv_indices;
@@ -36,6 +38,7 @@ struct PagedLoader {
     k_tok = p.k_stride_token;
     v_tok = p.v_stride_token;
     error_word = p.error_word;
+    req_ = req;
   }
 
   __device__ __forceinline__ int kv_len() const { return kv_len_; }
@@ -46,8 +49,8 @@ struct PagedLoader {
     const int64_t slot = static_cast<int64_t>(slot_begin) + page_in_req;
     int64_t page = -1;
     if (slot >= 0 && slot < slot_end) page = __ldg(indices + slot);
-    if (page < 0 || page >= num_pages) {
-      if (error_word != nullptr) atomicOr(error_word, kErrKvIndex);
+    if (page < 0 || page >= num_pages) {  // never dereferenced
+      report_error(error_word, kErrKvIndex, req_, page, j);
       return false;
     }
     *k_off = page * k_page + slot_in_page * k_tok + k_head_off;

@@ -9,12 +9,15 @@ from ._version import __version__
 from .runtime import runtime_info, scaled_copy
 from . import masks, reference
 from .attention import plan_info, tree_attention_flat, tree_attention_paged
+from .plan import TreeAttentionPlan
 from .reference import (
     gather_paged_kv,
     reference_attention_bruteforce,
     reference_attention_flat,
     reference_attention_paged,
 )
+from . import errors
+from .errors import KernelInputError, check_errors, ensure_error_buffer, set_debug
 
 __all__ = [
     "__version__",
@@ -25,8 +28,14 @@ __all__ = [
     "tree_attention_flat",
     "tree_attention_paged",
     "plan_info",
+    "TreeAttentionPlan",
     "gather_paged_kv",
     "reference_attention_flat",
     "reference_attention_paged",
     "reference_attention_bruteforce",
+    "errors",
+    "KernelInputError",
+    "check_errors",
+    "ensure_error_buffer",
+    "set_debug",
 ]

@@ -32,6 +32,17 @@ plan the launch) are computed from the index tensors when not given, which
 reads device memory (a device->host sync). Pass them explicitly for CUDA graph
 capture and ``torch.compile(fullgraph=True)``; the launch itself never syncs.
 
+Bad index data: when the bounds are computed on the host, the index arrays are
+validated there too (``qo_indptr``/``kv_indptr`` non-decreasing and in range,
+``kv_len_i >= q_len_i``, enough pages per request): ValueError naming the
+argument and the request. Device-side data the host never reads (page ids in
+``kv_indices``; all of it when the bounds are passed) is checked by the kernel:
+an out-of-range index is never dereferenced, the request's output is invalid
+(NaN), and the device's error word records it; :func:`verify_attn.check_errors`
+raises :class:`verify_attn.KernelInputError` naming the request and the index
+(``verify_attn.set_debug(True)`` / ``VERIFY_ATTN_DEBUG=1``: after every call).
+See :mod:`verify_attn.errors`.
+
 Each launch goes through the torch custom ops ``verify_attn::tree_attention``
 (functional, allocates ``out``/``lse``) and ``verify_attn::tree_attention_out``
 (writes caller-provided ``out``/``lse``), both with fake (meta) implementations,
@@ -45,6 +56,8 @@ import math
 from typing import Optional, Tuple, Union
 
 import torch
+
+from . import errors as _errors
 
 __all__ = [
     "tree_attention_flat",
@@ -229,8 +242,87 @@ def _check_shapes(
     return ps, d_vo, scale
 
 
-def _resolve_bounds(paged, q, qo_indptr, kv_indptr, kv_len, max_q_len, max_kv_len, tree_mask):
-    """Host bounds max_q_len / max_kv_len (computed with a host sync when None)."""
+def _host_lists(tensors):
+    """``tolist()`` of several small int32 tensors with one device->host copy when
+    they share a device (else one each: the device check reports the mix later)."""
+    live = [t for t in tensors if t is not None]
+    if live and all(t.device == live[0].device for t in live) and all(t.dim() == 1 for t in live):
+        flat = torch.cat([t.reshape(-1) for t in live]).tolist()
+        out, i = [], 0
+        for t in tensors:
+            if t is None:
+                out.append(None)
+            else:
+                n = t.shape[0]
+                out.append(flat[i:i + n])
+                i += n
+        return out
+    return [None if t is None else t.tolist() for t in tensors]
+
+
+def _validate_host_lengths(paged, q, qo, kv, kvl, kv_capacity, page_size):
+    """Host-side validation of the index arrays (already on the host).
+
+    qo_indptr: starts at 0, non-decreasing, ends at q.shape[0]; kv_indptr:
+    starts >= 0, non-decreasing, ends within the KV rows (flat) or kv_indices
+    (paged); kv_len_i >= q_len_i, and (paged) kv_len_i >= 0 fits the request's
+    pages. Raises ValueError naming the argument and the request.
+    """
+    B = len(qo) - 1
+    total_q = q.shape[0]
+    bad = next((i for i in range(B) if qo[i + 1] < qo[i]), None)
+    if qo[0] != 0 or qo[-1] != total_q or bad is not None:
+        detail = ""
+        if bad is not None:
+            detail = f", decreasing at request {bad} (qo_indptr[{bad}] = {qo[bad]} > qo_indptr[{bad + 1}] = {qo[bad + 1]})"
+        raise ValueError(
+            f"qo_indptr: must start at 0, be non-decreasing and end at q.shape[0] = {total_q}; "
+            f"got first {qo[0]}, last {qo[-1]}{detail}"
+        )
+    if kv[0] < 0:
+        raise ValueError(f"kv_indptr: must start at >= 0, got kv_indptr[0] = {kv[0]}")
+    bad = next((i for i in range(B) if kv[i + 1] < kv[i]), None)
+    if bad is not None:
+        raise ValueError(
+            f"kv_indptr: must be non-decreasing; decreasing at request {bad} "
+            f"(kv_indptr[{bad}] = {kv[bad]} > kv_indptr[{bad + 1}] = {kv[bad + 1]})"
+        )
+    what = "entries of kv_indices" if paged else "rows of k"
+    if kv_capacity is not None and kv[-1] > kv_capacity:
+        raise ValueError(f"kv_indptr: last value {kv[-1]} exceeds the {kv_capacity} {what}")
+    for i in range(B):
+        q_len = qo[i + 1] - qo[i]
+        if paged:
+            n = kvl[i]
+            if n < q_len:
+                raise ValueError(
+                    f"kv_len: request {i} has kv_len {n} < q_len {q_len} "
+                    f"(kv_len counts the prefix and the draft tokens)"
+                )
+            pages = kv[i + 1] - kv[i]
+            if (n + page_size - 1) // page_size > pages:
+                raise ValueError(
+                    f"kv_len: request {i} has kv_len {n}, which needs {(n + page_size - 1) // page_size} "
+                    f"pages of {page_size}, but kv_indptr gives it {pages}"
+                )
+        else:
+            n = kv[i + 1] - kv[i]
+            if n < q_len:
+                raise ValueError(
+                    f"kv_indptr: request {i} has {n} KV rows (kv_indptr[{i + 1}] - kv_indptr[{i}]) "
+                    f"< q_len {q_len} (the KV rows include the draft tokens)"
+                )
+
+
+def _resolve_bounds(paged, q, qo_indptr, kv_indptr, kv_len, max_q_len, max_kv_len, tree_mask,
+                    kv_capacity=None, page_size=1):
+    """Host bounds max_q_len / max_kv_len (computed with a host sync when None).
+
+    When either is computed, the index arrays are read to the host anyway (one
+    copy) and also validated there (:func:`_validate_host_lengths`); when both
+    are passed nothing is read and the kernels flag bad device data instead
+    (:func:`verify_attn.check_errors`).
+    """
     need_q = max_q_len is None
     need_kv = max_kv_len is None
     if need_q or need_kv:
@@ -241,19 +333,14 @@ def _resolve_bounds(paged, q, qo_indptr, kv_indptr, kv_len, max_q_len, max_kv_le
                 f"{missing}: must be passed explicitly during CUDA graph capture and under torch.compile "
                 "(computing it reads the index tensors on the host)"
             )
+        qo, kv, kvl = _host_lists([qo_indptr, kv_indptr, kv_len if paged else None])
+        _validate_host_lengths(paged, q, qo, kv, kvl, kv_capacity, page_size)
     if need_q:
-        qo = qo_indptr.tolist()
         max_q_len = max([0] + [qo[i + 1] - qo[i] for i in range(len(qo) - 1)])
-        if qo[0] != 0 or qo[-1] != q.shape[0] or any(qo[i + 1] < qo[i] for i in range(len(qo) - 1)):
-            raise ValueError(
-                f"qo_indptr: must start at 0, be non-decreasing and end at q.shape[0] = {q.shape[0]}; "
-                f"got first {qo[0]}, last {qo[-1]}"
-            )
     if need_kv:
         if paged:
-            max_kv_len = max([0] + [int(x) for x in kv_len.tolist()])
+            max_kv_len = max([0] + [int(x) for x in kvl])
         else:
-            kv = kv_indptr.tolist()
             max_kv_len = max([0] + [kv[i + 1] - kv[i] for i in range(len(kv) - 1)])
     max_q_len = int(max_q_len)
     max_kv_len = int(max_kv_len)
@@ -423,7 +510,7 @@ def _build_params(
         p.tree_mask = 0
         p.mask_words = 0
     p.num_splits = int(num_splits)
-    p.error_word = 0
+    p.error_word = 0  # set by _launch (the device's error buffer, see errors.py)
     p.stream = torch.cuda.current_stream(q.device).cuda_stream
     return p
 
@@ -448,9 +535,14 @@ def _launch(
             ws = torch.empty(ws_bytes, dtype=torch.uint8, device=q.device)
             p.workspace = ws.data_ptr()
             p.workspace_bytes = ws_bytes
+        # The device's error buffer (allocated once, outside graph capture):
+        # the kernel records bad device-side indices/lengths there, no host sync.
+        p.error_word = _errors.error_word_ptr(q.device)
         _C.attention(p)
         # ws is released to the caching allocator after the launch was enqueued on
         # the current stream; stream-ordered reuse keeps this safe.
+    if _errors.debug_enabled() and not _is_compiling() and not _is_capturing():
+        _errors.check_errors(q.device)  # debug mode: one host sync per call
 
 
 # ---------------------------------------------------------------------------
@@ -548,7 +640,10 @@ def _prepare(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size
         paged, names, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size,
         tree_mask, causal, sm_scale, head_dim_vo, num_splits, out, lse,
     )
-    mq, mkv = _resolve_bounds(paged, q, qo_indptr, kv_indptr, kv_len, max_q_len, max_kv_len, tree_mask)
+    cap = (kv_indices.shape[0] if kv_indices is not None and kv_indices.dim() == 1 else None) if paged \
+        else k.shape[0]
+    mq, mkv = _resolve_bounds(paged, q, qo_indptr, kv_indptr, kv_len, max_q_len, max_kv_len, tree_mask,
+                              kv_capacity=cap, page_size=ps)
     return ps, d_vo, scale, mq, mkv
 
 
