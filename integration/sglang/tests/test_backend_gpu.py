@@ -1,0 +1,233 @@
+"""GPU tests of the verify_attn SGLang backend against SGLang 0.5.23's own code.
+
+Uses SGLang's attention unit-test kit (``sglang/test/kits/attention_unittest/``:
+its MLA and dense fixtures build a real ``ModelRunner`` stand-in, KV pools,
+``ForwardBatch``, ``RadixAttention`` layers and ``EagleVerifyInput``s, and its
+fp32 reference), for an MLA (absorbed 576/512, 16 heads) and a GQA (8 query /
+2 KV heads, head dim 128) configuration, bf16, page_size 1 and 16, top-k 1
+and top-k > 1:
+
+1. ``test_kit_target_verify``: the kit's own runner
+   (``run_mla_eagle_verify_case`` / ``run_dense_spec_verify_case``) with
+   backend ``verify_attn`` -- the kit asserts against its reference. The kit's
+   tree is hardcoded (3 drafts, parents -1, 0, 0), so top-k > 1 uses it.
+2. ``test_kit_target_verify_cuda_graph``: the kit's capture/replay runner
+   (``..._cuda_graph_case``) with backend ``verify_attn``.
+3. ``test_vs_triton``: the same fixtures built once for ``verify_attn`` and once
+   for ``triton`` (identical seeds, weights, inputs, scattered slots), a random
+   top-k 4 draft tree of 16 tokens (and a chain), SGLang's FULL mask handed to
+   the Triton backend and the QLEN_ONLY mask (written into our backend's own
+   ``verify_mask`` buffer, as EAGLE's tree builder does) to ours, plus ours fed
+   the FULL mask (a producer that still builds it); outputs compared with each
+   other and with the kit's reference; worst errors printed (``VA_WORST`` lines).
+
+Run: ``integration/sglang/run_gpu_tests.sh`` on the H200 (stages nothing itself).
+"""
+
+import itertools
+import os
+import random
+import sys
+import unittest
+
+import pytest
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+ATOL = RTOL = 3e-2  # the kit's MLA_ATOL / DENSE_ATOL
+PAGE_SIZES = (1, 16)
+MAX_CTX = 128
+DTYPE = torch.bfloat16
+
+
+def _kit():
+    import verify_attn_sglang
+
+    verify_attn_sglang.register()
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
+    from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
+    from sglang.srt.speculative.eagle_info import EagleVerifyInput
+    from sglang.test.kits.attention_unittest.attention_methods import dense_attention as dense
+    from sglang.test.kits.attention_unittest.attention_methods import mla_attention as mla
+    from sglang.test.kits.attention_unittest.runner_modes import speculative_target_verify_runner as tv
+
+    return dict(ForwardMode=ForwardMode, CaptureHiddenMode=CaptureHiddenMode, ForwardContext=ForwardContext,
+                forward_context=forward_context, EagleVerifyInput=EagleVerifyInput, dense=dense, mla=mla, tv=tv)
+
+
+class _TC(unittest.TestCase):
+    def runTest(self):  # pragma: no cover
+        pass
+
+
+def _case(k, arch, backend, page_size, n, name, prefix_lens=(5, 37)):
+    FM = k["ForwardMode"].TARGET_VERIFY
+    if arch == "mla":
+        return k["mla"].MLAAttentionCase(name=name, backend=backend, forward_mode=FM, num_heads=16,
+                                         page_size=page_size, prefix_lens=prefix_lens,
+                                         extend_lens=(n,) * len(prefix_lens))
+    return k["dense"].DenseAttentionCase(name=name, backend=backend, forward_mode=FM, num_heads=8,
+                                         num_kv_heads=2, page_size=page_size, prefix_lens=prefix_lens,
+                                         extend_lens=(n,) * len(prefix_lens))
+
+
+MLA_KW = dict(kv_lora_rank=512, qk_rope_head_dim=64, hidden_size=256, max_context_len=MAX_CTX, dtype=DTYPE)
+GQA_KW = dict(head_dim=128, hidden_size=256, max_context_len=MAX_CTX, dtype=DTYPE)
+
+CONFIGS = list(itertools.product(("mla", "gqa"), (1, 4), PAGE_SIZES))
+
+
+@pytest.mark.parametrize("arch,topk,page_size", CONFIGS)
+def test_kit_target_verify(arch, topk, page_size):
+    k = _kit()
+    n = 4 if topk == 1 else 3  # the kit's tree is hardcoded to 3 drafts
+    case = _case(k, arch, "verify_attn", page_size, n, f"va_kit_{arch}_k{topk}_p{page_size}")
+    if arch == "mla":
+        k["tv"].run_mla_eagle_verify_case(_TC(), case, topk=topk, **MLA_KW)
+    else:
+        k["tv"].run_dense_spec_verify_case(_TC(), case, topk=topk, **GQA_KW)
+
+
+@pytest.mark.parametrize("arch,topk,page_size", CONFIGS)
+def test_kit_target_verify_cuda_graph(arch, topk, page_size):
+    k = _kit()
+    n = 4 if topk == 1 else 3
+    case = _case(k, arch, "verify_attn", page_size, n, f"va_cg_{arch}_k{topk}_p{page_size}")
+    if arch == "mla":
+        k["tv"].run_mla_eagle_verify_cuda_graph_case(_TC(), case, topk=topk, **MLA_KW)
+    else:
+        k["tv"].run_dense_spec_verify_cuda_graph_case(_TC(), case, topk=topk, **GQA_KW)
+
+
+# ----------------------------------------------------------------------------- vs Triton
+
+
+def _tree_parents(topk, n, rng):
+    if topk == 1:
+        return [-1] + list(range(n - 1))
+    from verify_attn import masks
+
+    return masks.random_parents("eagle", n, rng=rng, topk=topk)
+
+
+def _ancestor_matrix(parents, device):
+    n = len(parents)
+    m = torch.zeros(n, n, dtype=torch.bool)
+    for t in range(n):
+        c = t
+        while c >= 0:
+            m[t, c] = True
+            c = parents[c]
+    return m.to(device)
+
+
+def _build(k, arch, case):
+    if arch == "mla":
+        fx = k["mla"].build_mla_attention_fixture(_TC(), case, **MLA_KW)
+        inputs = k["mla"].mla_fixture_inputs(fx)
+        return fx, inputs, k["mla"].run_mla_forward, k["mla"].mla_attention_reference_with_custom_mask
+    fx = k["dense"].build_dense_attention_fixture(_TC(), case, **GQA_KW)
+    inputs = k["dense"].dense_fixture_inputs(fx)
+    return fx, inputs, k["dense"].run_dense_forward, k["dense"].dense_attention_reference_with_custom_mask
+
+
+def _verify_input(k, case, batch, topk, n, custom_mask, device):
+    bs = case.batch_size
+    ri = torch.arange(n, dtype=torch.long, device=device).repeat(bs, 1)
+    return k["EagleVerifyInput"](
+        draft_token=batch.input_ids, custom_mask=custom_mask, positions=batch.positions,
+        retrieve_index=ri, retrieve_next_token=torch.full_like(ri, -1),
+        retrieve_next_sibling=torch.full_like(ri, -1),
+        retrieve_cum_len=torch.arange(bs + 1, dtype=torch.int32, device=device) * n,
+        spec_steps=max(0, n - 1), topk=topk, draft_token_num=n,
+        capture_hidden_mode=k["CaptureHiddenMode"].FULL, seq_lens_sum=batch.seq_lens_sum,
+        seq_lens_cpu=batch.seq_lens_cpu)
+
+
+def _run(k, arch, backend_name, page_size, topk, n, trees, mask_layout, prefix_lens):
+    """Build the kit fixture for one backend and run one target verify."""
+    device = "cuda"
+    # one name for both backends: the kit seeds weights/inputs from the name
+    case = _case(k, arch, backend_name, page_size, n, f"va_cmp_{arch}_k{topk}_p{page_size}_n{n}",
+                 prefix_lens=prefix_lens)
+    fx, inputs, run_forward, reference = _build(k, arch, case)
+    batch = fx.forward_batch
+    k["tv"]._prepare_target_verify_batch(batch, case, device)
+    anc = [_ancestor_matrix(p, device) for p in trees]
+    masks_by_req = []
+    full = []
+    for p, a in zip(case.prefix_lens, anc):
+        m = torch.ones(n, p + n, dtype=torch.bool, device=device)
+        m[:, p:] = a
+        masks_by_req.append(m)
+        full.append(m.reshape(-1))
+    if mask_layout == "full":
+        custom_mask = torch.cat(full)
+    else:  # QLEN_ONLY, written into the backend's VerifyMask buffer like EAGLE's tree builder
+        vm = fx.backend.verify_mask
+        assert vm is not None and vm.mode.name == "QLEN_ONLY", vm
+        qlen = torch.cat([a.reshape(-1) for a in anc])
+        vm.buffer.fill_(True)
+        vm.buffer[: qlen.numel()] = qlen
+        custom_mask = vm.buffer
+    batch.spec_info = _verify_input(k, case, batch, topk, n, custom_mask, device)
+    expected = reference(fx.reference_module, case, inputs["prefix_hidden"], inputs["input_hidden"], masks_by_req)
+    with torch.no_grad(), k["forward_context"](k["ForwardContext"](attn_backend=fx.backend)):
+        fx.backend.init_forward_metadata(batch)
+        actual = run_forward(fx, batch, inputs)
+    torch.cuda.synchronize()
+    return actual.float(), expected.float(), fx.backend
+
+
+VS_CONFIGS = list(itertools.product(("mla", "gqa"), (1, 4), PAGE_SIZES))
+
+
+@pytest.mark.parametrize("arch,topk,page_size", VS_CONFIGS)
+def test_vs_triton(arch, topk, page_size):
+    k = _kit()
+    n = 16
+    rng = random.Random(1000 * topk + page_size)
+    prefix_lens = (5, 37, 64, 100)  # page-aligned and not; MAX_CTX 128 >= prefix + 16
+    trees = [_tree_parents(topk, n, rng) for _ in prefix_lens]
+    tri, ref, tb = _run(k, arch, "triton", page_size, topk, n, trees, "full", prefix_lens)
+    ours, ref2, vb = _run(k, arch, "verify_attn", page_size, topk, n, trees, "qlen", prefix_lens)
+    ours_full, _, _ = _run(k, arch, "verify_attn", page_size, topk, n, trees, "full", prefix_lens)
+    from verify_attn_sglang.backend import VerifyAttnBackend
+
+    assert isinstance(vb, VerifyAttnBackend) and vb.va_enabled, getattr(vb, "va_reason", None)
+    assert type(tb).__name__ == "TritonAttnBackend"
+    assert torch.equal(ref, ref2)  # same weights and inputs in both fixtures
+    e_ours_tri = (ours - tri).abs().max().item()
+    e_ours_ref = (ours - ref).abs().max().item()
+    e_tri_ref = (tri - ref).abs().max().item()
+    e_layouts = (ours - ours_full).abs().max().item()
+    print(f"VA_WORST {arch} topk={topk} page_size={page_size} n={n}: |ours-triton|={e_ours_tri:.3e} "
+          f"|ours-ref|={e_ours_ref:.3e} |triton-ref|={e_tri_ref:.3e} |qlen-full|={e_layouts:.3e}")
+    torch.testing.assert_close(ours, tri, atol=ATOL, rtol=RTOL)
+    torch.testing.assert_close(ours, ref, atol=ATOL, rtol=RTOL)
+    assert e_layouts == 0.0
+
+
+def test_compact_mask_buffer_only():
+    """While our backend serves verify, SGLang's verify mask is QLEN_ONLY (bs*N*N bools),
+    eager and after init_cuda_graph_state; Triton's would be FULL."""
+    k = _kit()
+    n = 16
+    case = _case(k, "mla", "verify_attn", 1, n, "va_mem", prefix_lens=(5, 37))
+    fx = k["mla"].build_mla_attention_fixture(_TC(), case, **MLA_KW)
+    b = fx.backend
+    vm = b.verify_mask
+    assert vm.mode.name == "QLEN_ONLY" and vm.buffer.numel() == vm.max_bs * n * n
+    b.init_cuda_graph_state(max_bs=2, max_num_tokens=2 * n)
+    vm = b.verify_mask
+    assert vm.mode.name == "QLEN_ONLY" and vm.buffer.numel() == vm.max_bs * n * n
+    case_t = _case(k, "mla", "triton", 1, n, "va_mem", prefix_lens=(5, 37))
+    ft = k["mla"].build_mla_attention_fixture(_TC(), case_t, **MLA_KW)
+    ft.backend.init_cuda_graph_state(max_bs=2, max_num_tokens=2 * n)
+    assert ft.backend.verify_mask.mode.name == "FULL_MASK"
+    print(f"VA_MASK_BYTES ours={vm.buffer.numel()} triton={ft.backend.verify_mask.buffer.numel()} "
+          f"(max_bs 2, N {n}, context {MAX_CTX})")

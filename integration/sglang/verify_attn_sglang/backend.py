@@ -1,0 +1,350 @@
+"""``VerifyAttnBackend``: SGLang's Triton backend, with target verify served by verify_attn.
+
+It subclasses SGLang's ``TritonAttnBackend`` (0.5.23) and overrides only what
+target verify needs; every other forward mode (prefill/extend, decode, draft
+extend, idle, DLLM) runs the inherited Triton code unchanged.
+
+Target verify (``ForwardMode.TARGET_VERIFY``, EAGLE/EAGLE3/NGRAM/DFlash/...):
+
+- metadata (:meth:`init_forward_metadata` eager, :meth:`init_forward_metadata_out_graph`
+  before CUDA-graph capture and replay, into buffers preallocated by
+  :meth:`init_cuda_graph_state`): ``qo_indptr = arange(0, (bs+1)*N, N)``;
+  per request ``kv_len = seq_len + N`` rows: the prefix slots (packed by
+  SGLang's own ``kv_index_translator.pack_read_stream``, as the Triton backend
+  does) followed by the draft slots ``out_cache_loc[r*N:(r+1)*N]`` (SGLang
+  writes the drafts' K/V there before attention; we read them back from the
+  cache), token slots (``page_size=1`` view: right for any ``--page-size``);
+  the compact tree mask ``int32 [bs*N, ceil(N/32)]`` converted on the GPU from
+  the QLEN_ONLY mask (or from a FULL mask some producer still allocated), or
+  no mask at all for chains (top-k 1 / no custom mask: ``causal=True``).
+  No host sync: host bounds come from ``seq_lens_cpu`` or ``max_context_len``.
+- the mask buffer: the backend exposes a QLEN_ONLY ``VerifyMask``
+  (``bs * N * N`` bools) from construction on, so EAGLE's tree builder writes
+  the compact layout into it and SGLang's FULL buffer (``N * (context + N)``
+  bools per request) is never allocated while this backend serves verify.
+  NGRAM builds its own mask and picks FULL from a module constant
+  (``ngram_worker.USE_FULL_MASK``); we set that constant to False at
+  construction (a runtime setting, no file is patched).
+- the kernel: ``verify_attn.tree_attention_paged`` on SGLang's pool tensors,
+  MLA (absorbed: q ``[T, H, 576]``, cache ``[slots, 1, 576]``, value = first
+  512) or MHA/GQA (head dim 64/128/256, group <= 16), fp16/bf16.
+
+Configurations the kernel does not cover make the backend a plain Triton
+backend (with a warning at construction): sliding-window models, decode
+context parallelism, deterministic inference, DLLM, an fp8 KV cache, unsupported
+head dims. Layer features it does not implement (logit soft-capping, attention
+sinks, score_mod, xai temperature, cross attention) raise NotImplementedError
+in target verify, naming the feature, rather than compute something else.
+"""
+
+import logging
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
+from sglang.srt.layers.attention.verify_mask import VerifyMask, tree_mask_numel
+from sglang.srt.mem_cache.memory_pool import KVWriteLoc
+from sglang.srt.speculative.eagle_utils import TreeMaskMode
+
+from . import metadata as md
+
+logger = logging.getLogger(__name__)
+
+MAX_DRAFT_TOKENS = 1024  # verify_attn's bound on q_len
+MHA_HEAD_DIMS = (64, 128, 256)
+MLA_DIMS = (576, 512)
+MAX_GQA_GROUP = 16
+MAX_MLA_HEADS = 128
+
+
+@dataclass
+class VerifyMetadata:
+    """What the captured (or eager) kernel launch reads; tensors are views of
+    preallocated buffers in CUDA-graph mode."""
+
+    bs: int
+    n: int
+    qo_indptr: torch.Tensor  # int32 [bs + 1]
+    kv_indptr: torch.Tensor  # int32 [bs + 1]
+    kv_indices: torch.Tensor  # int32 [>= sum(kv_len)]
+    kv_len: torch.Tensor  # int32 [bs]
+    tree_mask: Optional[torch.Tensor]  # int32 [bs * n, W] or None (causal)
+    causal: bool
+    max_kv_len: int
+
+
+def _import_verify_attn():
+    import verify_attn  # noqa: PLC0415
+
+    return verify_attn
+
+
+class VerifyAttnBackend(TritonAttnBackend):
+    """Triton backend with TARGET_VERIFY served by verify_attn's paged tree-verify kernel."""
+
+    def __init__(self, model_runner, skip_prefill: bool = False, kv_indptr_buf=None, **kwargs):
+        super().__init__(model_runner, skip_prefill=skip_prefill, kv_indptr_buf=kv_indptr_buf, **kwargs)
+        self.va_reason = self._va_unsupported_reason(model_runner)
+        self.va_enabled = self.va_reason is None
+        self.va_metadata: Optional[VerifyMetadata] = None
+        self._va_graph = None
+        self._va_max_bs = model_runner.req_to_token_pool.size
+        if not self.va_enabled:
+            if self.va_reason != "no target verify":
+                logger.warning("verify_attn backend: target verify runs SGLang's Triton kernels (%s)", self.va_reason)
+            return
+        _import_verify_attn()  # fail at construction, not at the first verify, if the wheel is broken
+        # The compact verify mask from the start (eager mode too): EAGLE's tree
+        # builder writes QLEN_ONLY into it, so no FULL buffer is ever made.
+        self._verify_mask = self._va_make_verify_mask(self._va_max_bs)
+        self._va_set_ngram_compact_mask()
+
+    # ------------------------------------------------------------------ support
+
+    def _va_unsupported_reason(self, model_runner) -> Optional[str]:
+        if self.skip_prefill or getattr(model_runner, "is_draft_worker", False):
+            return "no target verify"
+        n = self.num_draft_tokens
+        if not n:
+            return "no target verify"
+        if n > MAX_DRAFT_TOKENS:
+            return f"{n} draft tokens > {MAX_DRAFT_TOKENS}"
+        if self.dcp_size > 1:
+            return "decode context parallelism (--dcp-size > 1)"
+        if self.sliding_window_size is not None and self.sliding_window_size > 0:
+            return "sliding-window attention"
+        if self.enable_deterministic:
+            return "deterministic inference"
+        if getattr(self, "dllm_attention", None) is not None:
+            return "DLLM"
+        if getattr(model_runner, "kv_cache_dtype", None) not in (torch.float16, torch.bfloat16):
+            return f"KV cache dtype {getattr(model_runner, 'kv_cache_dtype', None)} (fp16/bf16 only)"
+        cfg = model_runner.model_config
+        if getattr(cfg, "is_encoder_decoder", False):
+            return "encoder-decoder model"
+        if self.use_mla:
+            d_qk = getattr(cfg, "kv_lora_rank", 0) + getattr(cfg, "qk_rope_head_dim", 0)
+            if (d_qk, getattr(cfg, "kv_lora_rank", 0)) != MLA_DIMS:
+                return f"MLA dims {d_qk}/{getattr(cfg, 'kv_lora_rank', None)} (576/512 only)"
+            if self.num_head > MAX_MLA_HEADS:
+                return f"{self.num_head} MLA heads per GPU (<= {MAX_MLA_HEADS})"
+        else:
+            hd = getattr(cfg, "head_dim", None)
+            vd = getattr(cfg, "v_head_dim", hd)
+            if hd not in MHA_HEAD_DIMS or vd != hd:
+                return f"head dims {hd}/{vd} ({'/'.join(map(str, MHA_HEAD_DIMS))} with equal K and V only)"
+            if self.num_kv_head < 1 or self.num_head % self.num_kv_head:
+                return f"{self.num_head} heads over {self.num_kv_head} KV heads"
+            if self.num_head // self.num_kv_head > MAX_GQA_GROUP:
+                return f"GQA group {self.num_head // self.num_kv_head} > {MAX_GQA_GROUP}"
+        return None
+
+    def _va_make_verify_mask(self, max_bs: int) -> VerifyMask:
+        mode = TreeMaskMode.QLEN_ONLY
+        return VerifyMask(
+            buffer=torch.zeros(
+                tree_mask_numel(mode, max_bs, self.num_draft_tokens, self.max_context_len),
+                dtype=torch.bool,
+                device=self.device,
+            ),
+            mode=mode,
+            max_bs=max_bs,
+            is_read=True,
+        )
+
+    def _va_set_ngram_compact_mask(self) -> None:
+        """NGRAM chooses its verify-mask layout from a module constant; ask it for QLEN_ONLY."""
+        try:
+            from sglang.srt.speculative import ngram_worker  # noqa: PLC0415
+        except Exception:  # noqa: BLE001 - NGRAM not importable: nothing to switch
+            return
+        if getattr(ngram_worker, "USE_FULL_MASK", False):
+            ngram_worker.USE_FULL_MASK = False
+
+    # ------------------------------------------------------------------ CUDA graphs
+
+    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int, kv_indices_buf=None,
+                              cuda_graph_num_kv_splits_buf=None):
+        if not self.va_enabled:
+            return super().init_cuda_graph_state(max_bs, max_num_tokens, kv_indices_buf=kv_indices_buf,
+                                                 cuda_graph_num_kv_splits_buf=cuda_graph_num_kv_splits_buf)
+        saved = self.num_draft_tokens
+        self.num_draft_tokens = 0  # keeps Triton's init from allocating its FULL verify mask
+        try:
+            super().init_cuda_graph_state(max_bs, max_num_tokens, kv_indices_buf=kv_indices_buf,
+                                          cuda_graph_num_kv_splits_buf=cuda_graph_num_kv_splits_buf)
+        finally:
+            self.num_draft_tokens = saved
+        if self._verify_mask is None or self._verify_mask.max_bs < max_bs:
+            self._verify_mask = self._va_make_verify_mask(max(max_bs, self._va_max_bs))
+        self._va_alloc_graph(max_bs)
+
+    def _va_alloc_graph(self, max_bs: int) -> None:
+        n = self.num_draft_tokens
+        dev = self.device
+        cap = max_bs * (self.max_context_len + n) + 1  # +1: the pack's trash slot
+        self._va_graph = dict(
+            max_bs=max_bs,
+            qo_indptr=md.uniform_qo_indptr(max_bs, n, device=dev),
+            kv_indptr=torch.zeros(max_bs + 1, dtype=torch.int32, device=dev),
+            kv_len=torch.ones(max_bs, dtype=torch.int32, device=dev),
+            kv_indices64=torch.zeros(cap, dtype=torch.int64, device=dev),
+            kv_indices=torch.zeros(cap, dtype=torch.int32, device=dev),
+            tree_mask=torch.zeros(max_bs * n, md.mask_words(n), dtype=torch.int32, device=dev),
+        )
+
+    # ------------------------------------------------------------------ metadata
+
+    def init_forward_metadata(self, forward_batch):
+        if self.va_enabled and forward_batch.forward_mode.is_target_verify():
+            self._va_init_verify(forward_batch, graph=False)
+            return
+        self.va_metadata = None
+        super().init_forward_metadata(forward_batch)
+
+    def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False):
+        if self.va_enabled and forward_batch.forward_mode.is_target_verify():
+            self._va_init_verify(forward_batch, graph=self._va_graph is not None)
+            return
+        super().init_forward_metadata_out_graph(forward_batch, in_capture=in_capture)
+
+    def init_forward_metadata_in_graph(self, forward_batch):
+        if self.va_enabled and forward_batch.forward_mode.is_target_verify():
+            return  # everything is prepared outside the graph, into fixed buffers
+        super().init_forward_metadata_in_graph(forward_batch)
+
+    def _va_pack_prefix(self, forward_batch, bs, seq_lens, kv_indptr, out64) -> None:
+        if out64.device.type == "cuda":
+            self.kv_index_translator.pack_read_stream(
+                forward_batch.kv_loc_plan,
+                req_pool_indices=forward_batch.req_pool_indices,
+                seq_lens=seq_lens,
+                indptr=kv_indptr,
+                out=out64,
+            )
+        else:  # CPU tensors: the same result through torch
+            md.pack_prefix_slots(self.req_to_token, forward_batch.req_pool_indices, seq_lens, kv_indptr, out64)
+
+    def _va_init_verify(self, forward_batch, graph: bool) -> None:
+        spec = forward_batch.spec_info
+        bs = len(forward_batch.req_pool_indices)
+        n = self._target_verify_num_tokens_per_req(spec)
+        seq_lens = forward_batch.seq_lens[:bs]
+        dev = seq_lens.device
+        g = self._va_graph if graph else None
+        if g is not None and bs > g["max_bs"]:
+            g = None  # larger than captured: eager buffers
+        if g is not None:
+            qo_indptr = g["qo_indptr"][: bs + 1]
+            kv_indptr = md.verify_kv_indptr(seq_lens, n, out=g["kv_indptr"])
+            kv_len = md.verify_kv_len(seq_lens, n, out=g["kv_len"])
+            idx64, idx32 = g["kv_indices64"], g["kv_indices"]
+            mask_out = g["tree_mask"]
+            max_kv_len = self.max_context_len + n
+        else:
+            qo_indptr = md.uniform_qo_indptr(bs, n, device=dev)
+            kv_indptr = md.verify_kv_indptr(seq_lens, n)
+            kv_len = md.verify_kv_len(seq_lens, n)
+            prefix_total = forward_batch.seq_lens_sum
+            if prefix_total is None:
+                prefix_total = bs * self.max_context_len
+            cap = int(prefix_total) + bs * n + 1
+            idx64 = torch.zeros(cap, dtype=torch.int64, device=dev)
+            idx32 = torch.empty(cap, dtype=torch.int32, device=dev)
+            mask_out = None
+            cpu_lens = forward_batch.seq_lens_cpu
+            if cpu_lens is not None and cpu_lens.numel() >= bs and bs > 0:
+                max_kv_len = int(cpu_lens[:bs].max()) + n
+            else:
+                max_kv_len = self.max_context_len + n
+        self._va_pack_prefix(forward_batch, bs, seq_lens, kv_indptr, idx64)
+        md.scatter_draft_slots(idx64, kv_indptr, seq_lens, forward_batch.out_cache_loc, n)
+        idx32.copy_(idx64)
+
+        custom_mask = getattr(spec, "custom_mask", None) if spec is not None else None
+        causal = custom_mask is None or getattr(spec, "topk", None) == 1 or n == 1
+        tree_mask = None
+        if not causal:
+            own = self._verify_mask.buffer if self._verify_mask is not None else None
+            if md.is_qlen_only_layout(custom_mask, bs, n, own):
+                tree_mask = md.qlen_only_to_bits(custom_mask, bs, n, out=mask_out)
+            else:
+                tree_mask = md.full_mask_to_bits(custom_mask, seq_lens, n, out=mask_out)
+        self.va_metadata = VerifyMetadata(
+            bs=bs, n=n, qo_indptr=qo_indptr, kv_indptr=kv_indptr, kv_indices=idx32, kv_len=kv_len,
+            tree_mask=tree_mask, causal=causal, max_kv_len=max_kv_len,
+        )
+        # Code that inspects forward_metadata (the test kit's CUDA-graph
+        # invariants: indptr monotonic, lengths >= 0) sees ours.
+        self.forward_metadata = self.va_metadata
+
+    # ------------------------------------------------------------------ forward
+
+    def _va_check_layer(self, layer, sinks, score_mod, aux_tensors) -> None:
+        problems = []
+        if getattr(layer, "logit_cap", 0) and layer.logit_cap > 0:
+            problems.append("logit soft-capping")
+        if sinks is not None:
+            problems.append("attention sinks")
+        if score_mod is not None or aux_tensors is not None:
+            problems.append("score_mod")
+        if getattr(layer, "xai_temperature_len", None) not in (None, -1, 0):
+            problems.append("xai temperature")
+        if getattr(layer, "is_cross_attention", False):
+            problems.append("cross attention")
+        if getattr(layer, "k_scale", None) is not None:
+            problems.append("scaled (fp8) KV")
+        sw = getattr(layer, "sliding_window_size", None)
+        if sw is not None and sw > -1:
+            problems.append("sliding window")
+        if problems:
+            raise NotImplementedError(
+                f"verify_attn backend: layer {layer.layer_id} uses {', '.join(problems)} in target verify, "
+                "which verify_attn does not implement; run with --attention-backend triton"
+            )
+
+    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, sinks=None,
+                       score_mod=None, aux_tensors=None, **kwargs):
+        if not (self.va_enabled and forward_batch.forward_mode.is_target_verify()):
+            return super().forward_extend(q, k, v, layer, forward_batch, save_kv_cache=save_kv_cache,
+                                          sinks=sinks, score_mod=score_mod, aux_tensors=aux_tensors, **kwargs)
+        m = self.va_metadata
+        if m is None:
+            raise RuntimeError("verify_attn backend: init_forward_metadata was not called for this target verify")
+        self._va_check_layer(layer, sinks, score_mod, aux_tensors)
+        if (k is None) != (v is None):
+            raise ValueError("Both k and v should be None or not None")
+        if k is not None and save_kv_cache:
+            # The drafts' K/V go to the cache first (exactly as the Triton backend
+            # stores them); the kernel then reads prefix + drafts from the cache.
+            self._set_kv_buffer(forward_batch, layer, KVWriteLoc.for_batch(forward_batch), k, v)
+
+        H = layer.tp_q_head_num
+        d_qk, d_vo = layer.qk_head_dim, layer.v_head_dim
+        attn_out = getattr(forward_batch, "_attn_output", None)
+        o = attn_out if attn_out is not None else q.new_empty((q.shape[0], H * d_vo))
+        k_cache = self.token_to_kv_pool.get_key_buffer(layer.layer_id)
+        if self.use_mla:
+            v_cache, head_dim_vo = None, d_vo
+        else:
+            v_cache, head_dim_vo = self.token_to_kv_pool.get_value_buffer(layer.layer_id), None
+        _import_verify_attn().tree_attention_paged(
+            q.view(-1, H, d_qk),
+            k_cache,
+            v_cache,
+            m.qo_indptr,
+            m.kv_indptr,
+            m.kv_indices,
+            m.kv_len,
+            page_size=1,
+            tree_mask=m.tree_mask,
+            causal=m.causal,
+            sm_scale=layer.scaling,
+            head_dim_vo=head_dim_vo,
+            max_q_len=m.n,
+            max_kv_len=m.max_kv_len,
+            out=o.view(-1, H, d_vo),
+        )
+        return o

@@ -1,0 +1,266 @@
+"""Target-verify metadata for the verify_attn SGLang backend (torch only, CPU-testable).
+
+Everything here is plain vectorized torch with static shapes and no
+device->host synchronization, so the same functions run on CPU tensors (the CI
+tests) and on the GPU, eagerly or while SGLang prepares CUDA-graph replays.
+Nothing imports SGLang.
+
+SGLang 0.5.23's target verify (read from its ``triton_backend.py``):
+``qo_indptr = arange(0, (bs + 1) * N, N)`` (N draft tokens per request),
+``kv_indptr = cumsum(seq_lens)`` over the committed prefix only (``seq_lens``
+excludes the drafts), ``kv_indices`` are token slots, and the drafts' K/V are
+written to the cache at ``out_cache_loc[i * N : (i + 1) * N]`` before attention.
+
+verify_attn's paged kernel wants, per request, ``kv_len = prefix + N`` rows
+``kv_indices[kv_indptr[i] : kv_indptr[i] + kv_len[i]]``: the prefix slots, then
+the draft slots in query order. We treat SGLang's pool ``[slots, H, D]`` as
+pages of one slot (``page_size=1``), which is right for every ``--page-size``
+(a slot id addresses one token whatever the page size) and for any slot layout
+(shuffled pages, non-monotonic draft slots).
+
+Layouts of the verify mask (``TreeMaskMode``, ``sglang/srt/speculative/eagle_utils.py``):
+QLEN_ONLY: ``bs * N * N`` bools, request ``r`` row ``t`` column ``c`` at
+``r*N*N + t*N + c``; FULL_MASK: request ``r`` owns ``N * (seq_len_r + N)``
+bools from ``mask_indptr[r]`` (exclusive cumsum), row-major, draft columns at
+``seq_len_r + c``. Both convert to verify_attn's compact bits
+``int32 [bs * N, ceil(N / 32)]`` (bit ``c % 32`` of word ``c // 32``).
+"""
+
+from typing import Optional
+
+import torch
+
+__all__ = [
+    "mask_words",
+    "uniform_qo_indptr",
+    "verify_kv_indptr",
+    "verify_kv_len",
+    "scatter_draft_slots",
+    "pack_prefix_slots",
+    "build_verify_kv",
+    "pack_bool_rows",
+    "qlen_only_to_bits",
+    "full_mask_to_bits",
+    "is_qlen_only_layout",
+    "full_mask_bytes",
+    "compact_mask_bytes",
+    "qlen_only_mask_bytes",
+]
+
+
+def mask_words(n: int) -> int:
+    """uint32 words per compact-mask row for ``n`` draft tokens (at least 1)."""
+    return max(1, (int(n) + 31) // 32)
+
+
+def uniform_qo_indptr(bs: int, n: int, *, device=None, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``arange(0, (bs + 1) * n, n)`` as int32 (written into ``out[: bs + 1]`` when given)."""
+    if out is None:
+        return torch.arange(0, (bs + 1) * n, n, dtype=torch.int32, device=device)
+    v = out[: bs + 1]
+    torch.arange(0, (bs + 1) * n, n, dtype=torch.int32, device=out.device, out=v)
+    return v
+
+
+def verify_kv_indptr(seq_lens: torch.Tensor, n: int, *, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """int32 ``[bs + 1]``: exclusive cumsum of ``seq_lens + n`` (prefix + drafts per request)."""
+    bs = seq_lens.shape[0]
+    if out is None:
+        out = torch.zeros(bs + 1, dtype=torch.int32, device=seq_lens.device)
+    v = out[: bs + 1]
+    v[:1].zero_()
+    v[1:].copy_(torch.cumsum(seq_lens.to(torch.int64) + n, dim=0))
+    return v
+
+
+def verify_kv_len(seq_lens: torch.Tensor, n: int, *, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """int32 ``[bs]``: ``seq_lens + n``."""
+    bs = seq_lens.shape[0]
+    if out is None:
+        return (seq_lens.to(torch.int32) + n).contiguous()
+    v = out[:bs]
+    v.copy_(seq_lens.to(torch.int32) + n)
+    return v
+
+
+def pack_prefix_slots(
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    out: torch.Tensor,
+) -> None:
+    """Torch stand-in of SGLang's read-stream pack (``create_flashinfer_kv_indices_triton``):
+    ``out[kv_indptr[r] + j] = req_to_token[req_pool_indices[r], j]`` for ``j < seq_lens[r]``.
+
+    Rows may leave gaps (``kv_indptr`` need not be the cumsum of ``seq_lens``):
+    the backend passes the verify indptr, so each request's prefix lands at the
+    start of its row and its ``n`` draft slots fill the gap after it. O(bs *
+    req_to_token.shape[1]) work; the GPU backend uses SGLang's own Triton pack
+    instead (same result, O(total) work). No host sync.
+    """
+    bs = seq_lens.shape[0]
+    if bs == 0:
+        return
+    width = req_to_token.shape[1]
+    cols = torch.arange(width, device=out.device, dtype=torch.int64).unsqueeze(0)
+    rows = req_to_token[req_pool_indices[:bs].to(torch.int64)].to(out.device)  # [bs, width]
+    valid = cols < seq_lens[:bs].to(torch.int64).unsqueeze(1)
+    dest = kv_indptr[:bs].to(torch.int64).unsqueeze(1) + cols
+    trash = out.numel() - 1  # the caller reserves one trailing slot
+    dest = torch.where(valid, dest, torch.full_like(dest, trash))
+    out.scatter_(0, dest.reshape(-1), rows.to(out.dtype).reshape(-1))
+
+
+def scatter_draft_slots(
+    kv_indices: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    seq_lens: torch.Tensor,
+    out_cache_loc: torch.Tensor,
+    n: int,
+) -> None:
+    """Append the drafts' cache slots after each request's prefix, in query order:
+    ``kv_indices[kv_indptr[r] + seq_lens[r] + t] = out_cache_loc[r * n + t]``.
+    Static shapes (``bs * n`` elements), no host sync."""
+    bs = seq_lens.shape[0]
+    if bs == 0 or n == 0:
+        return
+    t = torch.arange(bs * n, device=kv_indices.device, dtype=torch.int64)
+    r = t // n
+    dest = kv_indptr[:bs].to(torch.int64)[r] + seq_lens[:bs].to(torch.int64)[r] + (t - r * n)
+    kv_indices.scatter_(0, dest, out_cache_loc[: bs * n].to(kv_indices.dtype))
+
+
+def build_verify_kv(
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    out_cache_loc: torch.Tensor,
+    n: int,
+    *,
+    capacity: Optional[int] = None,
+):
+    """All KV metadata of one target-verify batch, on torch alone (the CPU path
+    and the reference the GPU path is checked against).
+
+    Returns ``(kv_indptr int32 [bs+1], kv_indices int32 [capacity], kv_len int32 [bs])``.
+    ``capacity`` defaults to ``bs * (req_to_token.shape[1] + n) + 1``.
+    """
+    bs = seq_lens.shape[0]
+    device = seq_lens.device
+    if capacity is None:
+        capacity = bs * (req_to_token.shape[1] + n) + 1
+    kv_indptr = verify_kv_indptr(seq_lens, n)
+    kv_indices = torch.zeros(capacity, dtype=torch.int64, device=device)
+    pack_prefix_slots(req_to_token, req_pool_indices, seq_lens, kv_indptr, kv_indices)
+    scatter_draft_slots(kv_indices, kv_indptr, seq_lens, out_cache_loc, n)
+    return kv_indptr, kv_indices.to(torch.int32), verify_kv_len(seq_lens, n)
+
+
+# ---------------------------------------------------------------------------
+# masks
+
+_SHIFTS = {}
+
+
+def _shifts(device) -> torch.Tensor:
+    key = str(device)
+    s = _SHIFTS.get(key)
+    if s is None:
+        s = torch.arange(32, dtype=torch.int64, device=device)
+        _SHIFTS[key] = s
+    return s
+
+
+def pack_bool_rows(vis: torch.Tensor, words: int, *, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """bool ``[rows, c]`` (``c <= 32 * words``) -> int32 bit pattern ``[rows, words]``."""
+    rows, c = vis.shape
+    if c < 32 * words:
+        vis = torch.nn.functional.pad(vis.to(torch.int64), (0, 32 * words - c))
+    else:
+        vis = vis.to(torch.int64)
+    w64 = (vis.reshape(rows, words, 32) << _shifts(vis.device)).sum(dim=-1)
+    w32 = torch.where(w64 >= 2**31, w64 - 2**32, w64).to(torch.int32)
+    if out is None:
+        return w32.contiguous()
+    v = out[:rows]
+    v.copy_(w32)
+    return v
+
+
+def qlen_only_to_bits(
+    mask: torch.Tensor, bs: int, n: int, *, words: Optional[int] = None, out: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """SGLang's QLEN_ONLY verify mask (``bs * n * n`` bools, a larger buffer is
+    fine) -> compact bits ``int32 [bs * n, words]``."""
+    words = mask_words(n) if words is None else words
+    flat = mask.reshape(-1)[: bs * n * n]
+    vis = flat.reshape(bs * n, n) != 0
+    return pack_bool_rows(vis, words, out=out)
+
+
+def full_mask_to_bits(
+    mask: torch.Tensor,
+    seq_lens: torch.Tensor,
+    n: int,
+    *,
+    words: Optional[int] = None,
+    out: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """SGLang's FULL_MASK verify mask -> compact bits ``int32 [bs * n, words]``.
+
+    Only the ``n`` draft columns of every row are read (the prefix columns are
+    all-visible by construction). Offsets are computed on the device from
+    ``seq_lens`` (no host sync)."""
+    words = mask_words(n) if words is None else words
+    bs = seq_lens.shape[0]
+    flat = mask.reshape(-1)
+    pre = seq_lens[:bs].to(device=flat.device, dtype=torch.int64)
+    sizes = n * (pre + n)
+    starts = torch.cumsum(sizes, 0) - sizes
+    rows = torch.arange(bs * n, device=flat.device, dtype=torch.int64)
+    r = rows // n
+    t = rows - r * n
+    base = starts[r] + t * (pre[r] + n) + pre[r]
+    cols = torch.arange(n, device=flat.device, dtype=torch.int64)
+    idx = (base.unsqueeze(1) + cols.unsqueeze(0)).clamp_(max=max(flat.numel() - 1, 0))
+    vis = flat[idx] != 0
+    return pack_bool_rows(vis, words, out=out)
+
+
+def is_qlen_only_layout(mask: torch.Tensor, bs: int, n: int, own_buffer: Optional[torch.Tensor] = None) -> bool:
+    """Which layout ``spec_info.custom_mask`` has, from host-side facts only.
+
+    Our backend hands SGLang a QLEN_ONLY ``VerifyMask`` buffer, so a mask that
+    lives in that buffer is QLEN_ONLY. Otherwise (a producer that allocated its
+    own mask, e.g. NGRAM with ``USE_FULL_MASK``): exactly ``bs * n * n``
+    elements is QLEN_ONLY; FULL_MASK always has more (every request has a
+    prefix of at least one token), and when every prefix were empty both
+    layouts coincide anyway.
+    """
+    if own_buffer is not None and mask.device == own_buffer.device:
+        lo = own_buffer.data_ptr()
+        hi = lo + own_buffer.numel() * own_buffer.element_size()
+        if lo <= mask.data_ptr() < hi:
+            return True
+    return mask.numel() == bs * n * n
+
+
+# ---------------------------------------------------------------------------
+# memory arithmetic (README)
+
+
+def full_mask_bytes(bs: int, n: int, ctx: int) -> int:
+    """Bytes of SGLang's preallocated FULL_MASK verify buffer (1-byte bools):
+    ``bs * n * (ctx + n)`` (``verify_mask.py::tree_mask_numel``)."""
+    return bs * n * (ctx + n)
+
+
+def qlen_only_mask_bytes(bs: int, n: int) -> int:
+    """Bytes of the QLEN_ONLY buffer our backend gives SGLang: ``bs * n * n``."""
+    return bs * n * n
+
+
+def compact_mask_bytes(bs: int, n: int) -> int:
+    """Bytes of verify_attn's compact bits: ``bs * n * ceil(n / 32) * 4``."""
+    return bs * n * mask_words(n) * 4
