@@ -123,6 +123,21 @@ def _parents(c, q_lens) -> Optional[tuple]:
 
 def case_to_shape(c: Any, index: int = 0) -> Shape:
     heads = _get(c, "num_qo_heads", "heads", "num_heads", "n_head")
+    q = _get(c, "q")
+    kc = _get(c, "k_cache")
+    if heads is None and q is not None and hasattr(q, "shape"):
+        # tools/capture Case: q [T, H, D], k_cache [pages, page_size, Hkv, D]
+        heads = int(q.shape[1])
+        if isinstance(c, dict):
+            c = dict(c)
+        else:
+            c = dict(vars(c))
+        c.setdefault("head_dim_qk", int(q.shape[2]))
+        if kc is not None and hasattr(kc, "shape"):
+            c.setdefault("num_kv_heads", int(kc.shape[-2]))
+            c.setdefault("head_dim_vo", int(kc.shape[-1]))
+        if "kv_len" in c and hasattr(c["kv_len"], "tolist") and "q_lens" in c:
+            c.setdefault("kv_lens", c["kv_len"].tolist())
     if heads is None:
         raise ValueError("fixture case: no num_qo_heads/heads")
     heads = int(heads)
@@ -161,9 +176,12 @@ def case_to_shape(c: Any, index: int = 0) -> Shape:
     return dataclasses.replace(shape, label=name)
 
 
-def load_shapes(path: str) -> List[Shape]:
+def load_shapes(path: Optional[str]) -> List[Shape]:
     if not path:
-        raise FixtureUnavailable("--workload=real needs --fixture=PATH")
+        path = _import_fixture_module().find_fixture()
+    if not path:
+        raise FixtureUnavailable("--workload=real: no fixture (pass --fixture=PATH, set "
+                                 "VERIFY_ATTN_REAL_FIXTURE, or run `bazel run //tools:capture`)")
     loader = import_loader()
     fx = loader(path)
     cases = _get(fx, "cases", default=fx)

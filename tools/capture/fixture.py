@@ -283,7 +283,7 @@ def compare(out: torch.Tensor, lse: Optional[torch.Tensor], case: Case) -> Dict[
     per-request value (``rel_err_max_req``); ``lse_abs_err`` = max |lse - ref|.
     """
     o = out.detach().to("cpu", torch.float64)
-    r = case.ref_out.to(torch.float64)
+    r = case.ref_out.to("cpu", torch.float64)
     res: Dict[str, float] = {}
     if not bool(torch.isfinite(o).all()):
         res["rel_err"] = res["rel_err_max_req"] = res["max_abs_err"] = float("inf")
@@ -298,7 +298,7 @@ def compare(out: torch.Tensor, lse: Optional[torch.Tensor], case: Case) -> Dict[
         res["rel_err_max_req"] = worst
     if lse is not None:
         l = lse.detach().to("cpu", torch.float64)
-        rl = case.ref_lse.to(torch.float64)
+        rl = case.ref_lse.to("cpu", torch.float64)
         res["lse_abs_err"] = float((l - rl).abs().max()) if bool(torch.isfinite(l).all()) else float("inf")
     return res
 

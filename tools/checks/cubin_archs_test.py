@@ -32,10 +32,29 @@ def main():
     usage = subprocess.run([cuobjdump, "--dump-resource-usage", lib], check=True,
                            capture_output=True, text=True).stdout
     print(usage)
+    failed = 0
     if found != want:
         print("FAIL: cubin archs differ from the build setting")
+        failed += 1
+    # Every kernel: no spills (LOCAL 0) and no stack frame, per arch. Dynamic
+    # shared memory per configuration is checked by //kernels/tests:plan_test.
+    arch = None
+    kernels = 0
+    for line in usage.splitlines():
+        m = re.match(r"arch = (sm_\d+a?)", line.strip())
+        if m:
+            arch = m.group(1)
+        m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", line)
+        if m:
+            kernels += 1
+            reg, stack, shared, local = map(int, m.groups())
+            if stack or local:
+                print("FAIL: %s kernel with STACK %d LOCAL %d (spills): %s" % (arch, stack, local, line))
+                failed += 1
+    print("resource report: %d kernel images, spills/stack: %s" % (kernels, "none" if not failed else "SEE ABOVE"))
+    print("%d passed, %d failed" % (2 - min(failed, 2), min(failed, 2)))
+    if failed:
         sys.exit(1)
-    print("1 passed, 0 failed")
 
 
 if __name__ == "__main__":

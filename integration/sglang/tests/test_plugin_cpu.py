@@ -18,6 +18,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # integration/sglang: the plugin package
+sys.path.insert(0, HERE)  # kit_compat (the SGLang test-kit fix the GPU test uses)
 
 from verify_attn_sglang import metadata as md  # noqa: E402
 
@@ -401,3 +402,187 @@ def test_backend_verify_mask_is_qlen_only():
     from sglang.srt.speculative.eagle_utils import TreeMaskMode
 
     assert tree_mask_numel(TreeMaskMode.FULL_MASK, 64, 16, 131072) == md.full_mask_bytes(64, 16, 131072)
+
+
+# ----------------------------------------------------------------------------- the kit's CUDA-graph fixture, on CPU
+#
+# test_backend_gpu.py::test_kit_target_verify_cuda_graph failed on the H200 for
+# every config but GQA page_size 16, in the eager leg the kit runs on its graph
+# fixture (speculative_cuda_graph_runner.py:~203). This rebuilds that fixture
+# exactly as the runner does (same case names, hence the same seeds and slot
+# permutations; a CPU stand-in backend; fp32), then checks our target-verify
+# metadata against Triton's and runs verify_attn's semantics over the cache in
+# torch. Cause (kit_compat.py): the kit's prepare_inputs re-writes the prefix
+# K/V at contiguous slots while req_to_token holds the shuffled ones, so any
+# backend reading the prefix through req_to_token (Triton too) reads clobbered
+# rows; our metadata is Triton's, row for row.
+
+KIT_CTX = 128
+KIT_CONFIGS = [(a, k, p) for a in ("mla", "gqa") for k in (1, 4) for p in (1, 16)]
+# prefix rows the kit's own prepare_inputs clobbers (all in request 1): the GPU
+# run's failures are exactly the configs with a nonzero count
+KIT_CLOBBERED = {("mla", 1, 1): 10, ("mla", 1, 16): 16, ("mla", 4, 1): 10, ("mla", 4, 16): 16,
+                 ("gqa", 1, 1): 10, ("gqa", 1, 16): 0, ("gqa", 4, 1): 10, ("gqa", 4, 16): 0}
+
+
+class _KitTC:
+    def skipTest(self, reason):  # the kit's fixture builders call testcase.skipTest
+        pytest.skip(reason)
+
+
+def _kit_graph_fixture(monkeypatch, arch, topk, page_size):
+    """The runner's graph fixture and eager-leg batch (before prepare_inputs)."""
+    from types import SimpleNamespace
+
+    from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.test.kits.attention_unittest.attention_methods import dense_attention as dense
+    from sglang.test.kits.attention_unittest.attention_methods import mla_attention as mla
+    from sglang.test.kits.attention_unittest.runner_modes import speculative_target_verify_runner as tv
+
+    monkeypatch.setitem(ATTENTION_BACKENDS, "va_cpu_probe", lambda runner: SimpleNamespace(
+        token_to_kv_pool=runner.token_to_kv_pool, req_to_token_pool=runner.req_to_token_pool))
+    n = 4 if topk == 1 else 3
+    name = f"va_cg_{arch}_k{topk}_p{page_size}"  # test_backend_gpu's names: the kit seeds from them
+    common = dict(name=name, backend="va_cpu_probe", forward_mode=ForwardMode.TARGET_VERIFY, page_size=page_size,
+                  prefix_lens=(5, 37), extend_lens=(n, n))
+    graph = dict(max_context_len=KIT_CTX, dtype=torch.float32, device="cpu", disable_cuda_graph=False,
+                 runner_batch_size=4)
+    if arch == "mla":
+        case = mla.MLAAttentionCase(num_heads=16, **common)
+        fx = mla.build_mla_attention_fixture(_KitTC(), case, kv_lora_rank=512, qk_rope_head_dim=64,
+                                             hidden_size=256, **graph)
+        inputs, ref_fn = mla.mla_fixture_inputs(fx), mla.mla_attention_reference_with_custom_mask
+    else:
+        case = dense.DenseAttentionCase(num_heads=8, num_kv_heads=2, **common)
+        fx = dense.build_dense_attention_fixture(_KitTC(), case, head_dim=128, hidden_size=256, **graph)
+        inputs, ref_fn = dense.dense_fixture_inputs(fx), dense.dense_attention_reference_with_custom_mask
+    batch = fx.forward_batch
+    tv._prepare_spec_verify_batch(case, batch, topk=topk, spec_kind="eagle", device="cpu")  # adapter.prepare_batch
+    expected = tv._target_verify_expected_output(reference_fn=ref_fn, fixture=fx, case=case, inputs=inputs,
+                                                 topk=topk, spec_kind="eagle", device="cpu")
+    return fx, case, batch, inputs, expected, n
+
+
+def _prefix_rows_clobbered(arch, fx, case, inputs):
+    """Prefix positions whose req_to_token slot does not hold that position's K."""
+    r2t = fx.runner.req_to_token_pool.req_to_token
+    kbuf = fx.runner.token_to_kv_pool.get_key_buffer(0)
+    bad = 0
+    for r, p in enumerate(case.prefix_lens):
+        if arch == "mla":
+            _, k, _, kr = fx.actual_module.forward_absorb_prepare(inputs["prefix_hidden"][r])
+            want = torch.cat([k, kr], -1).reshape(p, -1)
+        else:
+            want = fx.actual_module.project_qkv(inputs["prefix_hidden"][r])[1].reshape(p, -1)
+        got = kbuf[r2t[r, :p].long()].reshape(p, -1)
+        bad += int(((got - want).abs().amax(1) > 1e-5).sum())
+    return bad
+
+
+def _verify_attn_semantics(m, q, k_cache, v_cache, scale):
+    """What verify_attn computes from our metadata (torch, fp32): request r's
+    queries see rows kv_indices[kv_indptr[r] : +kv_len[r]], the prefix fully and
+    draft c by the tree-mask bit (or c <= t when causal)."""
+    n = m.n
+    outs = []
+    for r in range(m.bs):
+        s, L = int(m.kv_indptr[r]), int(m.kv_len[r])
+        rows = m.kv_indices[s:s + L].long()
+        K, V = k_cache[rows].float(), v_cache[rows].float()  # [L, Hk, D]
+        g = q.shape[1] // K.shape[1]
+        K, V = K.repeat_interleave(g, 1), V.repeat_interleave(g, 1)
+        for t in range(n):
+            if m.causal:
+                draft_vis = [c <= t for c in range(n)]
+            else:
+                word = m.tree_mask[r * n + t].tolist()
+                draft_vis = [bool((word[c // 32] >> (c % 32)) & 1) for c in range(n)]
+            vis = torch.tensor([True] * (L - n) + draft_vis)
+            sc = torch.einsum("hd,khd->hk", q[r * n + t].float(), K[vis]) * scale
+            outs.append(torch.einsum("hk,khd->hd", sc.softmax(-1), V[vis]))
+    return torch.stack(outs)  # [T, H, Dv]
+
+
+def _run_emulated(arch, fx, batch, inputs, m):
+    """The fixture module's forward (its K/V writes to out_cache_loc included),
+    with the attention computed by _verify_attn_semantics over our metadata."""
+    from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
+
+    mod, pool = fx.actual_module, fx.runner.token_to_kv_pool
+    x = inputs["input_hidden"]
+    if arch == "mla":
+        q_nope, k_nope, q_rope, k_rope = mod.forward_absorb_prepare(x)
+        with forward_context(ForwardContext(attn_backend=fx.backend)):
+            mod.write_kv_cache(batch.out_cache_loc, k_nope, k_rope)
+        kc = pool.get_key_buffer(0)
+        o = _verify_attn_semantics(m, torch.cat([q_nope, q_rope], -1), kc, kc[..., : mod.kv_lora_rank],
+                                   mod.attn_mqa.scaling)
+        o = torch.bmm(o.transpose(0, 1), mod.w_vc.float()).transpose(0, 1)
+        return mod.o_proj(o.flatten(1, 2))
+    q, k, v = mod.project_qkv(x)
+    H, Hk, D = mod.num_heads, mod.num_kv_heads, mod.head_dim
+    pool.set_kv_buffer(mod.attn, batch.out_cache_loc, k.view(-1, Hk, D), v.view(-1, Hk, D))
+    o = _verify_attn_semantics(m, q.view(-1, H, D), pool.get_key_buffer(0), pool.get_value_buffer(0),
+                               mod.attn.scaling)
+    return mod.o_proj(o.reshape(o.shape[0], -1))
+
+
+# A CPU emulation (fp32 probe backend, fixtures built on the CPU): on the GPU
+# machine the kit builds its fixtures on CUDA with SGLang's JIT kernels, and
+# test_backend_gpu.py runs the real thing instead.
+@pytest.mark.skipif(os.environ.get("VERIFY_ATTN_SGLANG_GPU") == "1",
+                    reason="CPU emulation of the kit's graph fixture; the GPU run uses test_backend_gpu.py")
+@pytest.mark.parametrize("prepare", ["kit", "fixed"])
+@pytest.mark.parametrize("arch,topk,page_size", KIT_CONFIGS)
+def test_kit_graph_fixture_target_verify(monkeypatch, arch, topk, page_size, prepare):
+    _sglang_or_skip()
+    import kit_compat
+    from sglang.test.kits.attention_unittest.attention_methods import dense_attention as dense
+    from sglang.test.kits.attention_unittest.attention_methods import mla_attention as mla
+    from sglang.test.kits.attention_unittest.runner_modes import speculative_target_verify_runner as tv
+
+    torch.set_grad_enabled(False)
+    try:
+        fx, case, batch, inputs, expected, n = _kit_graph_fixture(monkeypatch, arch, topk, page_size)
+        assert _prefix_rows_clobbered(arch, fx, case, inputs) == 0  # as built
+        # the runner's adapter.prepare_inputs (the kit's), or kit_compat's fix
+        if prepare == "kit":
+            kit_prep = mla.prepare_mla_runner_inputs if arch == "mla" else dense.prepare_dense_runner_inputs
+        else:
+            kit_prep = kit_compat.prepare_mla_runner_inputs if arch == "mla" else kit_compat.prepare_dense_runner_inputs
+        kit_prep(fx, case, batch, inputs, max_context_len=KIT_CTX)
+        clobbered = _prefix_rows_clobbered(arch, fx, case, inputs)
+        assert clobbered == (KIT_CLOBBERED[(arch, topk, page_size)] if prepare == "kit" else 0)
+
+        # our metadata on this batch (the backend's own CPU path) ...
+        r2t = fx.runner.req_to_token_pool.req_to_token
+        b = _bare_backend(n, 4, r2t, max_context_len=KIT_CTX)
+        b.init_forward_metadata(batch)
+        m = b.va_metadata
+        assert m.bs == 2 and m.n == n and m.causal == (topk == 1)
+        assert m.qo_indptr.tolist() == [0, n, 2 * n]
+        assert m.kv_len.tolist() == [5 + n, 37 + n]
+        # ... is Triton's, row for row: its kv_indices (create_flashinfer_kv_indices_triton
+        # over req_to_token[req_pool_indices[r], :seq_lens[r]]) then the drafts, whose
+        # K/V it takes from forward_extend's k/v = what the forward wrote at out_cache_loc
+        for r in range(2):
+            s = int(m.kv_indptr[r])
+            triton_prefix = r2t[int(batch.req_pool_indices[r]), : int(batch.seq_lens[r])].tolist()
+            ours = m.kv_indices[s: s + int(m.kv_len[r])].tolist()
+            assert ours == triton_prefix + batch.out_cache_loc[r * n:(r + 1) * n].tolist()
+        want = tv._draft_tree_mask(draft_token_num=n, topk=topk, device="cpu")  # the kit's tree / chain
+        if m.causal:  # top-k 1: the kit's chain is exactly causal
+            assert m.tree_mask is None and torch.equal(want, torch.tril(torch.ones(n, n, dtype=torch.bool)))
+        else:  # parents (-1, 0, 0), converted from the kit's FULL mask
+            assert _bits_to_rows(m.tree_mask, n) == want.tolist() * 2
+
+        # verify_attn's semantics over the cache with that metadata, vs the kit's reference
+        err = (_run_emulated(arch, fx, batch, inputs, m) - expected).abs().max().item()
+        print(f"VA_KIT_CG {arch} topk={topk} page_size={page_size} prepare={prepare} clobbered={clobbered} err={err:.3e}")
+        if clobbered:
+            assert err > 3e-2, err  # the GPU failure, whatever the backend: wrong prefix rows
+        else:
+            assert err < 1e-3, err
+    finally:
+        torch.set_grad_enabled(True)
