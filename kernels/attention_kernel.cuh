@@ -58,8 +58,17 @@ __device__ void write_nan_rows(const KernelParams& p, int q_start, int R, int ro
   }
 }
 
+// sm_120 fits one such CTA per SM by shared memory (about 100 KB per SM), so
+// there the register cap of kMinBlocks would only cost spills.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+#define VA_MIN_BLOCKS(S) 1
+#else
+#define VA_MIN_BLOCKS(S) (S::kMinBlocks)
+#endif
+
 template <class Shape, typename DT, class Loader>
-__global__ void __launch_bounds__(Shape::kThreads, 1) attention_kernel(const KernelParams p) {
+__global__ void __launch_bounds__(Shape::kThreads, VA_MIN_BLOCKS(Shape))
+    attention_kernel(const KernelParams p) {
   constexpr int M = Shape::kM, N = Shape::kN;
   constexpr int WN = Shape::kWarpsN;
   constexpr int DQK = Shape::kDqk, DV = Shape::kDv;

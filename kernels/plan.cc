@@ -16,7 +16,7 @@ namespace {
 template <int ID>
 constexpr ConfigDesc make_desc(const char* tag) {
   using S = typename ConfigShape<ID>::type;
-  return ConfigDesc{tag, S::kM, S::kN, S::kWarps, S::kStages, S::kSmemBytes};
+  return ConfigDesc{tag, S::kM, S::kN, S::kWarps, S::kStages, S::kSmemBytes, S::kMinBlocks};
 }
 
 const ConfigDesc kDescs[kNumConfigs] = {
@@ -151,10 +151,11 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
     splits = p.num_splits;
   } else if (p.max_kv_len > 0 && ctas > 0) {
     const int64_t kv_tiles = (p.max_kv_len + d.n - 1) / d.n;
-    // Resident CTAs per SM, bounded by shared memory (the per-SM pool is about
-    // the per-block opt-in limit + 1 KB) and by 64 warps per SM.
+    // Resident CTAs per SM: what the kernel is compiled to fit (registers,
+    // __launch_bounds__ min blocks), bounded by shared memory (the per-SM
+    // pool is about the per-block opt-in limit + 1 KB).
     const int by_smem = (dev.max_smem_optin + 1024) / (d.smem_bytes + 1024);
-    const int per_sm = std::max(1, std::min(by_smem, 64 / d.warps));
+    const int per_sm = std::max(1, std::min(by_smem, d.min_blocks));
     splits = choose_splits(ctas, kv_tiles, dev.num_sms, per_sm);
   }
   if (row_tiles > 65535)

@@ -178,7 +178,10 @@ def case_to_shape(c: Any, index: int = 0) -> Shape:
 
 def load_shapes(path: Optional[str]) -> List[Shape]:
     if not path:
-        path = _import_fixture_module().find_fixture()
+        try:
+            path = _import_fixture_module().find_fixture()
+        except ImportError as e:
+            raise FixtureUnavailable(f"--workload=real: tools/capture/fixture.py unavailable ({e})") from e
     if not path:
         raise FixtureUnavailable("--workload=real: no fixture (pass --fixture=PATH, set "
                                  "VERIFY_ATTN_REAL_FIXTURE, or run `bazel run //tools:capture`)")
