@@ -76,7 +76,9 @@ int choose_splits(int64_t base_ctas, int64_t kv_tiles, int num_sms, int ctas_per
   // 8 = 0.97 waves, 635 us with 33, 679 us with 66).
   constexpr double kFixedTiles = 6.0;
   const int64_t slots = static_cast<int64_t>(num_sms) * std::max(1, ctas_per_sm);
-  if (base_ctas <= 0 || kv_tiles <= 0) return 1;
+  // A batch that already fills every CTA slot is never split (and this keeps
+  // base_ctas * s below far from overflowing).
+  if (base_ctas <= 0 || kv_tiles <= 0 || base_ctas >= slots) return 1;
   const int64_t cap = std::min<int64_t>(
       kMaxAutoSplits, std::max<int64_t>(1, kv_tiles / kMinTilesPerSplit));
   int best = 1;
@@ -145,6 +147,11 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
   const ConfigDesc& d = kDescs[chosen];
 
   const int64_t row_tiles = (rows_max + d.m - 1) / d.m;
+  if (row_tiles > 65535)
+    return va_fail(VA_ERR_UNSUPPORTED, "max_q_len: %d rows per KV head need %lld row tiles (> 65535)",
+                   p.max_q_len, static_cast<long long>(row_tiles));
+  if (static_cast<int64_t>(p.batch_size) * p.num_kv_heads > 0x7fffffff)
+    return va_fail(VA_ERR_INVALID_VALUE, "batch_size: batch_size * num_kv_heads exceeds 2^31-1");
   const int64_t ctas = static_cast<int64_t>(p.batch_size) * p.num_kv_heads * row_tiles;
   int64_t splits = 1;
   if (p.num_splits > 0) {
@@ -158,14 +165,9 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
     const int per_sm = std::max(1, std::min(by_smem, d.min_blocks));
     splits = choose_splits(ctas, kv_tiles, dev.num_sms, per_sm);
   }
-  if (row_tiles > 65535)
-    return va_fail(VA_ERR_UNSUPPORTED, "max_q_len: %d rows per KV head need %lld row tiles (> 65535)",
-                   p.max_q_len, static_cast<long long>(row_tiles));
   if (splits > 65535)
     return va_fail(VA_ERR_INVALID_VALUE, "num_splits: at most 65535 (got %lld)",
                    static_cast<long long>(splits));
-  if (static_cast<int64_t>(p.batch_size) * p.num_kv_heads > 0x7fffffff)
-    return va_fail(VA_ERR_INVALID_VALUE, "batch_size: batch_size * num_kv_heads exceeds 2^31-1");
 
   plan->config = static_cast<ConfigId>(chosen);
   plan->group = group;
