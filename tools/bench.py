@@ -10,7 +10,12 @@ budgets; ``--grid``, ``--shapes``) through, in one process and one run:
 - FlashInfer's custom-mask paged prefill (GQA; not stageable on the lent H200,
   see ``benchlib/baselines/flashinfer.py``: the column says why);
 - PyTorch FlexAttention (``torch.compile``d, tree ``mask_mod``, block mask);
-- the float64 PyTorch reference, as the correctness check.
+- the float64 PyTorch reference, as the correctness check;
+- opt-in (``--baselines=...,sglang_backend``, needs SGLang installed: see
+  ``--sglang_site``): SGLang's attention backends themselves, our plugin
+  backend and ``TritonAttnBackend``, timing ``forward_extend`` in target verify
+  (eager), so the integration's overhead over the bare kernel is visible
+  (``benchlib/baselines/sglang_backend.py``).
 
 Every output is checked before it is timed. Per shape: median microseconds,
 TFLOP/s, KV GB/s, fractions of the floor (DESIGN.md §3, against a device copy
@@ -46,7 +51,12 @@ flags.DEFINE_integer("page_size", 1, "Page size of the paged cache (1 like SGLan
 flags.DEFINE_string("baselines_dir", None, "Staged SGLang kernels (tools/fetch_baselines.sh); "
                     "default <repo>/.gpu_stage/baselines.")
 flags.DEFINE_list("baselines", ["sglang_extend", "sglang_chain", "flex", "flashinfer"],
-                  "Baselines to run: sglang_extend, sglang_chain, flex, flashinfer.")
+                  "Baselines to run: sglang_extend, sglang_chain, flex, flashinfer, and (not by default: "
+                  "needs SGLang installed, see --sglang_site) sglang_backend = our SGLang plugin backend "
+                  "and SGLang's TritonAttnBackend, forward_extend in target verify (eager).")
+flags.DEFINE_string("sglang_site", None, "Folder with SGLang installed (integration/sglang/run_gpu_bench.sh "
+                    "makes one from .gpu_stage/sglang), put first on sys.path for --baselines=sglang_backend; "
+                    "default $VERIFY_ATTN_SGLANG_SITE, else an SGLang already importable.")
 flags.DEFINE_enum("flex", "auto", ["auto", "all", "none"],
                   "FlexAttention shapes: auto = those tagged 'flex' (bounds torch.compile time), all, none.")
 flags.DEFINE_bool("graph", True, "Also time CUDA-graph replay.")
@@ -128,24 +138,32 @@ def select_shapes():
     return shapes_mod.filter_shapes(sel, FLAGS.shapes), grid_name
 
 
+def sglang_site():
+    return FLAGS.sglang_site or os.environ.get("VERIFY_ATTN_SGLANG_SITE") or None
+
+
 def build_impls(dry_run: bool, baselines_dir: str):
     from benchlib import ours
-    from benchlib.baselines import flashinfer, flex, sglang_triton, torch_ref
+    from benchlib.baselines import flashinfer, flex, sglang_backend, sglang_triton, torch_ref
 
     if dry_run:
         return [torch_ref.TorchReference()]
     impls = [ours.OursPaged(), ours.OursFlat()]
     known = {
-        "sglang_extend": lambda: sglang_triton.SGLangExtend(baselines_dir),
-        "sglang_chain": lambda: sglang_triton.SGLangChain(baselines_dir),
-        "flex": lambda: flex.Flex(),
-        "flashinfer": lambda: flashinfer.FlashInferPrefill(),
+        "sglang_extend": lambda: [sglang_triton.SGLangExtend(baselines_dir)],
+        "sglang_chain": lambda: [sglang_triton.SGLangChain(baselines_dir)],
+        "flex": lambda: [flex.Flex()],
+        "flashinfer": lambda: [flashinfer.FlashInferPrefill()],
+        "sglang_backend": lambda: sglang_backend.adapters(sglang_site()),
     }
+    last = []
     for name in FLAGS.baselines:
         if name not in known:
             raise app.UsageError(f"--baselines: unknown {name!r}; expected some of {sorted(known)}")
-        impls.append(known[name]())
-    return impls
+        # The SGLang backends import the real SGLang after sglang_triton has
+        # loaded its staged kernels (see sglang_backend's docstring): last.
+        (last if name == "sglang_backend" else impls).extend(known[name]())
+    return impls + last
 
 
 def main(argv):
@@ -214,8 +232,14 @@ def main(argv):
         "grid": f"{grid_name}, {len(selected)} shapes, page_size {FLAGS.page_size}, dtype bf16",
         "baselines dir": baselines_dir,
     }
+    if any(i.name.startswith("sglang_backend") for i in impls):
+        header["sglang site"] = sglang_site() or "(none given: an SGLang already on sys.path)"
 
     def payload(rows, finished=None):
+        for r in rows:
+            ratios = report.integration_ratios(r)
+            if ratios:
+                r["sglang_backend"] = ratios
         return {
             "bench": "verify_attn", "started": started, "finished": finished,
             "device": info, "ceilings": ceil.as_dict(), "conventions": report.CONVENTIONS,
@@ -223,7 +247,7 @@ def main(argv):
                         "baselines": [i.name for i in impls], "flex": FLAGS.flex, "graph": opts.graph,
                         "rotate": opts.rotate, "seed": FLAGS.seed, "dry_run": FLAGS.dry_run,
                         "workload": FLAGS.workload, "fixture": FLAGS.fixture,
-                        "baselines_dir": baselines_dir},
+                        "baselines_dir": baselines_dir, "sglang_site": sglang_site()},
             "rows": rows,
             "captured": captured,
         }
@@ -268,6 +292,8 @@ def main(argv):
     bad = [r for r in rows if r.get("error") and not str(r["error"]).startswith("skipped")]
     ours_bad = [r for r in rows for k in ("ours_paged", "ours_flat")
                 if (r.get("impls") or {}).get(k, {}).get("status") in ("failed", "wrong")]
+    # our SGLang backend computing a wrong output is ours too (its failures may be the SGLang install's)
+    ours_bad += [r for r in rows if (r.get("impls") or {}).get("sglang_backend_ours", {}).get("status") == "wrong"]
     captured_bad = [r for r in captured if not r["ok"]]
     return 1 if (bad or ours_bad or captured_bad) else 0
 

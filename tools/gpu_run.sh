@@ -8,7 +8,7 @@
 # The device tool call is then:
 #   run(command="bash tools/gpu_run.sh device", carry=[".gpu_stage"])
 # .gpu_stage/ is git-ignored and stays far under the 64 MiB carry limit.
-# Environment (device): PYTEST_ARGS (extra pytest args), PYTEST_TARGETS
+# Environment (device): SKIP_SGLANG=1, PYTEST_ARGS (extra pytest args), PYTEST_TARGETS
 # (test paths, default python/tests), SKIP_BENCH=1,
 # SKIP_SANITIZER=1, SKIP_SOAK=1 (SOAK_LAUNCHES, default 10000),
 # SKIP_CHECK_COST=1. Logs go to $OUT when set.
@@ -90,6 +90,14 @@ device)
     if [[ -n "${VERIFY_ATTN_REAL_FIXTURE:-}" && "${SKIP_REAL_BENCH:-0}" != 1 ]]; then
       (cd /tmp && "$PY" "$ROOT/tools/bench.py" --workload=real --json_out="$LOG/bench_real.json" \
           --flex=none 2>&1 | tee "$LOG/bench_real.log") || status=1
+    fi
+  fi
+  if [[ "${SKIP_SGLANG:-0}" != 1 && -d "$STAGE/sglang" ]]; then
+    # SGLang's attention test kit against our plugin backend and Triton's,
+    # then (with the bench) forward_extend timings of both backends.
+    bash "$ROOT/integration/sglang/run_gpu_tests.sh" || status=1
+    if [[ "${SKIP_BENCH:-0}" != 1 ]]; then
+      bash "$ROOT/integration/sglang/run_gpu_bench.sh" || status=1
     fi
   fi
   exit $status

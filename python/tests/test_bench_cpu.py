@@ -491,3 +491,149 @@ def test_bench_without_gpu_exits_2(tmp_path):
     r = _run_bench(["--shapes=mla B1 H16 T16 L4k"], tmp_path)
     assert r.returncode == 2
     assert "needs an NVIDIA GPU" in r.stderr
+
+
+# ---------------------------------------------------------------------------
+# SGLang's attention backends (--baselines=sglang_backend): CPU-side behaviour
+
+
+def _backend_impl(label, eager_us, status="ok", err=2e-3):
+    return {"label": label, "status": status, "eager": _timing(eager_us, "eager"), "graph": None,
+            "graph_error": None, "err_ref": err, "err_vs_ours": err / 2, "competitor": False}
+
+
+def test_sglang_backend_adapters_not_staged(tmp_path, monkeypatch):
+    from benchlib.baselines import sglang_backend as sb
+
+    ads = sb.adapters(str(tmp_path / "missing"))
+    assert [a.name for a in ads] == ["sglang_backend_ours", "sglang_backend_triton"]
+    assert [a.label for a in ads] == ["SGLang backend: verify_attn", "SGLang backend: triton"]
+    assert [a.backend_name for a in ads] == ["verify_attn", "triton"]
+    for a in ads:
+        assert not a.competitor and not a.graphable and a.check_vs_ours
+    # a missing folder, a folder without an installed SGLang, and no site at all
+    empty = tmp_path / "empty_site"
+    empty.mkdir()
+    monkeypatch.delenv(sb.SITE_ENV, raising=False)
+    monkeypatch.setattr(sb, "_sglang_on_path", lambda: False)
+    for site in (str(tmp_path / "missing"), str(empty), None):
+        for a in sb.adapters(site):
+            why = a.unavailable()
+            assert why.startswith("not staged") and "integration/sglang/stage.sh" in why, why
+            assert report._absent({"status": "unavailable", "reason": why}) == "not staged"
+            with pytest.raises(RuntimeError, match="not staged"):
+                a._get_setup(object())
+    # the site's default comes from the environment
+    monkeypatch.setenv(sb.SITE_ENV, str(empty))
+    assert sb.SGLangBackendOurs().site == str(empty)
+    assert sb.SGLangBackendOurs(str(tmp_path)).site == str(tmp_path)
+    # a site with an SGLang in it: on a machine without CUDA, nothing is imported
+    site = tmp_path / "site"
+    (site / "sglang").mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("raise ImportError('must not be imported on CPU')\n")
+    assert sb.resolve_site(str(site)) == (str(site), None)
+    if not torch.cuda.is_available():
+        assert sb.SGLangBackendTriton(str(site)).unavailable().startswith("needs CUDA")
+        assert "sglang" not in sys.modules or not str(getattr(sys.modules["sglang"], "__file__", "")).startswith(
+            str(site))
+    # applies(): target verify needs one q_len per request
+    ragged = type("C", (), {"uniform_q": False, "max_q_len": 4, "device": "cuda"})()
+    assert "one q_len" in sb.SGLangBackendOurs(None).applies(ragged)
+    cpu_case = type("C", (), {"uniform_q": True, "max_q_len": 4, "device": "cpu"})()
+    assert sb.SGLangBackendOurs(None).applies(cpu_case) == "needs CUDA"
+
+
+def test_sglang_backend_unavailable_through_runner(tmp_path, monkeypatch):
+    from benchlib.baselines import sglang_backend as sb
+    from benchlib.baselines import torch_ref
+
+    monkeypatch.setattr(sb, "_sglang_on_path", lambda: False)
+    shp = shapes.dry_grid()[0]
+    opts = runner.Options(device="cpu", graph=False, rotate=False, warmup=1, target_ms=1.0, min_iters=1,
+                          max_iters=2)
+    impls = [torch_ref.TorchReference()] + sb.adapters(str(tmp_path / "nothing"))
+    rows = runner.run_all([shp], impls, opts, floor.nominal_ceilings())
+    imp = rows[0]["impls"]
+    assert imp["torch_ref"]["status"] == "ok"
+    for k in ("sglang_backend_ours", "sglang_backend_triton"):
+        assert imp[k]["status"] == "unavailable" and imp[k]["reason"].startswith("not staged")
+    assert "sglang_backend_ours" not in rows[0]["speedup"]
+    text = report.render(rows, {"card": "cpu"})
+    assert "SGL-be ours" in text and "SGL-be Triton" in text and "not staged" in text
+    assert report.integration_ratios(rows[0])["x_sgl_backend"] is None
+
+
+def test_bench_baselines_flag_sglang_backend(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("va_bench_main_for_test", _bench_py())
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    try:
+        assert "sglang_backend" not in bench.FLAGS["baselines"].default
+        bench.FLAGS(["bench", "--baselines=sglang_backend,sglang_extend,flex",
+                     f"--sglang_site={tmp_path / 'no_site'}"])
+        impls = bench.build_impls(False, str(tmp_path / "no_baselines"))
+        # the SGLang backends come last whatever the order of --baselines
+        assert [i.name for i in impls] == ["ours_paged", "ours_flat", "sglang_extend", "flex",
+                                           "sglang_backend_ours", "sglang_backend_triton"]
+        assert impls[-1].site == str(tmp_path / "no_site") == bench.sglang_site()
+        assert impls[-1].unavailable().startswith("not staged")
+    finally:
+        bench.FLAGS.unparse_flags()
+
+
+def test_report_sglang_backend_columns(tmp_path):
+    s1, s2, s3 = shapes.mla(1, 16, 16, 4 * K), shapes.gqa(16, 16, 8 * K), shapes.gqa(64, 4, 1 * K)
+    ceil = floor.nominal_ceilings()
+    r1 = _fake_row(s1, ours_g=40.0, ours_e=60.0, ext_g=520.0, ext_e=600.0)
+    r1["impls"]["sglang_backend_ours"] = _backend_impl("SGLang backend: verify_attn", 75.0)
+    r1["impls"]["sglang_backend_triton"] = _backend_impl("SGLang backend: triton", 600.0)
+    runner.summarize(r1, s1, ceil)
+    r2 = _fake_row(s2, ours_g=90.0, ours_e=100.0, ext_g=900.0, ext_e=950.0)
+    r2["impls"]["sglang_backend_ours"] = _backend_impl("SGLang backend: verify_attn", 130.0, status="wrong")
+    r2["impls"]["sglang_backend_triton"] = {"label": "SGLang backend: triton", "status": "failed",
+                                            "reason": "RuntimeError: boom", "competitor": False}
+    runner.summarize(r2, s2, ceil)
+    r3 = _fake_row(s3, ours_g=20.0, ours_e=25.0, ext_g=50.0, ext_e=55.0)
+    why = "not staged (run integration/sglang/stage.sh and ...)"
+    for k, lab in (("sglang_backend_ours", "SGLang backend: verify_attn"),
+                   ("sglang_backend_triton", "SGLang backend: triton")):
+        r3["impls"][k] = {"label": lab, "status": "unavailable", "reason": why}
+    runner.summarize(r3, s3, ceil)
+    # not speedups over our kernel: their own columns
+    for r in (r1, r2, r3):
+        assert not any(k.startswith("sglang_backend") for k in r["speedup"])
+    x = report.integration_ratios(r1)
+    assert x["x_sgl_backend"] == pytest.approx(8.0) and x["overhead"] == pytest.approx(1.25)
+    assert x["ours_backend_us"] == 75.0 and x["ours_kernel_us"] == 60.0 and x["wrong"] == []
+    x2 = report.integration_ratios(r2)
+    assert x2["x_sgl_backend"] is None and x2["overhead"] == pytest.approx(1.3)
+    assert x2["wrong"] == ["sglang_backend_ours"]
+    assert report.integration_ratios(r3)["overhead"] is None
+    assert report.integration_ratios(_fake_row(s1, 40.0, 60.0, 520.0, 600.0)) is None
+    h, body = report.floor_table([r1, r2, r3])
+    assert "xSGL-backend" in h and "overhead" in h
+    i, j = h.index("xSGL-backend"), h.index("overhead")
+    assert (body[0][i], body[0][j]) == ("8.00x", "1.25x")
+    assert (body[1][i], body[1][j]) == ("FAIL", "1.30x!")  # ours wrong; Triton failed
+    assert (body[2][i], body[2][j]) == ("not staged", "not staged")
+    th, tb = report.time_table([r1, r2, r3])
+    assert "SGL-be ours" in th and "SGL-be Triton" in th
+    assert tb[0][th.index("SGL-be ours")] == "75.0e" and tb[0][th.index("SGL-be Triton")] == "600e"
+    assert tb[1][th.index("SGL-be ours")] == "130e WRONG" and tb[1][th.index("SGL-be Triton")] == "FAIL"
+    text = report.render([r1, r2, r3], {"card": "NVIDIA H200 (fake)"})
+    assert "xSGL-backend" in text and "overhead = our plugin backend" in text
+    assert "SGLang backend: triton: failed: RuntimeError: boom" in text
+    assert "SGLang backend: verify_attn: not staged" in text
+    # without the backend rows the table keeps its old columns
+    h0, _ = report.floor_table([_fake_row(s1, 40.0, 60.0, 520.0, 600.0)])
+    assert "xSGL-backend" not in h0 and "overhead" not in h0
+    assert "x_sgl_backend" in report.CONVENTIONS and "overhead" in report.CONVENTIONS
+    p = tmp_path / "b.json"
+    for r in (r1, r2, r3):
+        r["sglang_backend"] = report.integration_ratios(r)
+    report.write_json(str(p), {"rows": [r1, r2, r3]})
+    data = json.loads(p.read_text())
+    assert data["rows"][0]["sglang_backend"]["x_sgl_backend"] == pytest.approx(8.0)
+    assert report.plot([r1, r2, r3], str(tmp_path / "b.png"))

@@ -10,6 +10,11 @@ Two tables:
    ceilings and of the floor, the speedup over each baseline, the max
    relative errors.
 
+With ``--baselines=...,sglang_backend`` the second table also has
+``xSGL-backend`` (SGLang's Triton backend's ``forward_extend`` time / our
+plugin backend's, target verify, both eager) and ``overhead`` (our plugin
+backend's time / our bare paged kernel's, both eager): the integration's cost.
+
 Then every failure's reason, one line each.
 """
 
@@ -26,11 +31,17 @@ COLUMNS = [
     ("sglang_chain", "SGLang chain"),
     ("flex", "Flex"),
     ("flashinfer", "FlashInfer"),
+    ("sglang_backend_ours", "SGL-be ours"),
+    ("sglang_backend_triton", "SGL-be Triton"),
     ("torch_ref", "torch ref"),
 ]
 _BASIS_SHORT = {"ours_flat": "flat", "torch_ref": "torch ref"}
 BASELINES = [("sglang_extend", "xSGL-ext"), ("sglang_chain", "xSGL-chain"), ("flex", "xFlex"),
              ("flashinfer", "xFI")]
+# SGLang's backends themselves (benchlib/baselines/sglang_backend.py): not
+# speedups over our kernel, but our backend against Triton's and against our kernel.
+BACKEND_OURS, BACKEND_TRITON = "sglang_backend_ours", "sglang_backend_triton"
+BACKEND_COLUMNS = ["xSGL-backend", "overhead"]
 
 CONVENTIONS = {
     "time": "median of per-call CUDA-event times (eager) or of CUDA-graph replays / calls per graph (graph)",
@@ -41,6 +52,9 @@ CONVENTIONS = {
     "frac_compute": "achieved FLOP/s / measured bf16 matmul FLOP/s",
     "frac_bw": "achieved KV bytes/s / measured device-copy bytes/s (read+written)",
     "frac_floor": "max(flops/matmul rate, kv_bytes/copy rate) / measured time",
+    "x_sgl_backend": "SGLang TritonAttnBackend.forward_extend median / our plugin backend's forward_extend "
+                     "median (target verify, init_forward_metadata outside the timed call, both eager)",
+    "overhead": "our plugin backend's forward_extend median / our bare paged kernel's median (both eager)",
     "err": "max over checked requests of ||out-ref||_F/||ref||_F vs the float64 reference; "
            "'ref[k/B]+ours': k of B requests referenced, baselines also compared with our output",
 }
@@ -143,9 +157,63 @@ def _ours_cell(r):
     return cell
 
 
+def _eager_us(r: Optional[dict]) -> Optional[float]:
+    if not r or r.get("status") not in ("ok", "wrong"):
+        return None
+    return (r.get("eager") or {}).get("median_us")
+
+
+def integration_ratios(row: dict) -> Optional[dict]:
+    """``{"x_sgl_backend", "overhead", ...}`` of one row (None without the SGLang-backend rows).
+
+    ``x_sgl_backend`` = Triton backend / our backend, ``overhead`` = our backend /
+    our bare paged kernel, all eager medians; ``wrong`` when an output involved was wrong.
+    """
+    impls = row.get("impls") or {}
+    if BACKEND_OURS not in impls and BACKEND_TRITON not in impls:
+        return None
+    ours_be, tri_be = _eager_us(impls.get(BACKEND_OURS)), _eager_us(impls.get(BACKEND_TRITON))
+    kernel = _eager_us(impls.get("ours_paged"))
+    out = {"ours_backend_us": ours_be, "triton_backend_us": tri_be, "ours_kernel_us": kernel,
+           "x_sgl_backend": tri_be / ours_be if ours_be and tri_be else None,
+           "overhead": ours_be / kernel if ours_be and kernel else None, "mode": "eager"}
+    out["wrong"] = sorted(k for k in (BACKEND_OURS, BACKEND_TRITON, "ours_paged")
+                          if (impls.get(k) or {}).get("status") == "wrong")
+    return out
+
+
+def _status_cell(r: Optional[dict]) -> str:
+    st = (r or {}).get("status")
+    if st in ("unavailable", "skipped"):
+        return _absent(r)
+    return {"failed": "FAIL", "n/a": "n/a"}.get(st, "--")
+
+
+def _integration_cells(row: dict) -> List[str]:
+    impls = row.get("impls") or {}
+    x = integration_ratios(row) or {}
+    bang = "!" if x.get("wrong") else ""
+    if x.get("x_sgl_backend") is not None:
+        c1 = _fmt_x(x["x_sgl_backend"]) + bang
+    else:
+        r = impls.get(BACKEND_OURS) if _eager_us(impls.get(BACKEND_OURS)) is None else impls.get(BACKEND_TRITON)
+        c1 = _status_cell(r)
+    if x.get("overhead") is not None:
+        c2 = _fmt_x(x["overhead"]) + bang
+    else:
+        c2 = _status_cell(impls.get(BACKEND_OURS) if _eager_us(impls.get(BACKEND_OURS)) is None
+                          else impls.get("ours_paged"))
+    return [c1, c2]
+
+
+def _has_backends(rows: List[dict]) -> bool:
+    return any(k in (row.get("impls") or {}) for row in rows for k in (BACKEND_OURS, BACKEND_TRITON))
+
+
 def floor_table(rows: List[dict]):
+    with_be = _has_backends(rows)
     headers = ["shape", "bound", "floor us", "ours us", "TFLOP/s", "KV GB/s", "%comp", "%bw", "%floor"]
-    headers += [h for _, h in BASELINES] + ["err ours", "err base"]
+    headers += [h for _, h in BASELINES] + (BACKEND_COLUMNS if with_be else []) + ["err ours", "err base"]
     body = []
     for row in rows:
         if row.get("error") and not row.get("impls"):
@@ -175,10 +243,12 @@ def floor_table(rows: List[dict]):
                 if s.get("baseline_wrong"):
                     c += "!"
                 cells.append(c)
+        if with_be:
+            cells.extend(_integration_cells(row))
         ob = row["impls"].get(basis.get("impl") or "", {}) if basis.get("impl") else {}
         cells.append(_fmt_err(ob.get("err_ref")))
         errs = []
-        for k, _ in BASELINES:
+        for k in [k for k, _ in BASELINES] + ([BACKEND_OURS, BACKEND_TRITON] if with_be else []):
             r = row["impls"].get(k) or {}
             for key in ("err_ref", "err_vs_ours"):
                 if r.get(key) is not None:
@@ -222,6 +292,10 @@ def render(rows: List[dict], header: Dict[str, str]) -> str:
         lines.append("This project (paged kernel) vs the floor and the baselines "
                      "(xNAME = NAME's time / ours, same timing mode; ! = that baseline's output was wrong)")
         lines.append(tabulate(b, headers=h, tablefmt="github", disable_numparse=True))
+        if _has_backends(rows):
+            lines.append("xSGL-backend = SGLang TritonAttnBackend.forward_extend / our plugin backend's "
+                         "(target verify, eager); overhead = our plugin backend's forward_extend / our bare "
+                         "paged kernel (eager)")
         lines.append("")
     for row in rows:
         if row.get("reference_error"):
