@@ -126,6 +126,8 @@ def select_shapes():
     from benchlib import shapes as shapes_mod
     from benchlib import workload
 
+    if FLAGS.dry_run and FLAGS.workload == "real":
+        raise ValueError("--dry_run runs the synthetic dry grid; it does not combine with --workload=real")
     if FLAGS.dry_run:
         sel = shapes_mod.dry_grid()
         grid_name = "dry"

@@ -46,7 +46,7 @@ device)
   rm -rf "$SITE"
   "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$STAGE"/verify_attn-*.whl
   export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
-  export PYTHONUNBUFFERED=1
+  export PYTHONUNBUFFERED=1 VERIFY_ATTN_REQUIRE_GPU=1
   export VERIFY_ATTN_WHEEL="$(ls "$STAGE"/verify_attn-*.whl)"
   [[ -f "$STAGE/real_trees.safetensors" ]] && export VERIFY_ATTN_REAL_FIXTURE="$STAGE/real_trees.safetensors"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee "$LOG/gpu.txt"

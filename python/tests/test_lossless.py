@@ -32,6 +32,11 @@ from verify_attn import masks  # noqa: E402
 N_NEW = 64
 PROMPT_TOKENS = 160
 
+# One intra-op thread: Bazel runs two test processes at once on a 2-core CI
+# machine, and torch's default of one thread per core then oversubscribes the
+# cores (seen: 60 s alone, 600 s beside another torch process).
+torch.set_num_threads(int(os.environ.get("VERIFY_ATTN_TEST_THREADS", "1")))
+
 
 # ---------------------------------------------------------------------------
 # trees.py unit tests (no model)
