@@ -157,6 +157,8 @@ def _check_shapes(
         raise ValueError("q: num_qo_heads must be >= 1")
     if d_qk < 1:
         raise ValueError("q: head_dim_qk must be >= 1")
+    if page_size is not None and (isinstance(page_size, bool) or not isinstance(page_size, int)):
+        raise TypeError(f"page_size: expected an int, got {type(page_size).__name__} {page_size!r}")
     if paged:
         if k.dim() == 4:
             ps = k.shape[1]
@@ -185,6 +187,11 @@ def _check_shapes(
     if k.shape[-1] != d_qk:
         raise ValueError(f"{nk}: head_dim {k.shape[-1]} differs from q's head_dim_qk {d_qk}")
     if v is None:
+        if head_dim_vo is None and d_qk < 512:
+            raise ValueError(
+                f"{nv}: None selects MLA (the value is the first head_dim_vo = 512 values of the "
+                f"K row), but head_dim_qk is {d_qk}; pass {nv} for MHA/GQA"
+            )
         d_vo = 512 if head_dim_vo is None else int(head_dim_vo)
         if d_vo < 1 or d_vo > d_qk:
             raise ValueError(
