@@ -11,11 +11,22 @@
 #include <cstdint>
 
 #include "kernels/attention_kernel.cuh"
+#include "kernels/attention_kernel_r32.cuh"
 #include "kernels/launch.h"
 #include "kernels/plan.h"
 #include "kernels/status.h"
 
 namespace verify_attn {
+
+// The kernel template a tile shape runs (TileShapeR32: the experimental one).
+template <class Shape, typename DT, class Loader>
+constexpr auto kernel_for() {
+  if constexpr (Shape::kRowsPerWarp == 32) {
+    return attention_kernel_r32<Shape, DT, Loader>;
+  } else {
+    return attention_kernel<Shape, DT, Loader>;
+  }
+}
 
 // Once per (kernel, device): check that an image for this device exists and
 // raise the dynamic shared-memory limit when above the 48 KB default.
@@ -24,7 +35,7 @@ va_status prepare_kernel(int device, int sm_arch) {
   static std::atomic<uint64_t> ready{0};
   const uint64_t bit = device < 64 ? (uint64_t{1} << device) : 0;
   if (bit != 0 && (ready.load(std::memory_order_acquire) & bit)) return VA_OK;
-  auto kernel = attention_kernel<Shape, DT, Loader>;
+  auto kernel = kernel_for<Shape, DT, Loader>();
   cudaFuncAttributes attr;
   cudaError_t e = cudaFuncGetAttributes(&attr, kernel);
   if (e != cudaSuccess) {
@@ -53,7 +64,7 @@ va_status launch_one(const KernelParams& kp, const Plan& plan, int dtype, void* 
   const dim3 grid(static_cast<unsigned>(kp.batch_size * kp.num_kv_heads),
                   static_cast<unsigned>(plan.row_tiles), static_cast<unsigned>(plan.splits));
   cudaGetLastError();  // drop a stale, non-sticky error so the check below is ours
-  attention_kernel<Shape, DT, Loader>
+  kernel_for<Shape, DT, Loader>()
       <<<grid, Shape::kThreads, Shape::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(kp);
   st = va_check_cuda(cudaGetLastError(), "attention_kernel launch");
   if (st != VA_OK) return st;
@@ -79,6 +90,8 @@ va_status launch_attention(const KernelParams& kp, const Plan& plan, int dtype, 
     case kCfgGqa256M64N32S2: return launch_config<kCfgGqa256M64N32S2, Loader>(kp, plan, dtype, stream);
     case kCfgGqa256M64N32S1: return launch_config<kCfgGqa256M64N32S1, Loader>(kp, plan, dtype, stream);
     case kCfgMlaM64N32W8S2: return launch_config<kCfgMlaM64N32W8S2, Loader>(kp, plan, dtype, stream);
+    case kCfgMlaR32M64N32S2: return launch_config<kCfgMlaR32M64N32S2, Loader>(kp, plan, dtype, stream);
+    case kCfgMlaR32M32N32S1: return launch_config<kCfgMlaR32M32N32S1, Loader>(kp, plan, dtype, stream);
     default: break;
   }
   return va_fail(VA_ERR_UNSUPPORTED, "config: unknown configuration id %d",

@@ -28,6 +28,8 @@ const ConfigDesc kDescs[kNumConfigs] = {
     make_desc<kCfgGqa256M64N32S2>("gqa_d256_m64n32_s2"),
     make_desc<kCfgGqa256M64N32S1>("gqa_d256_m64n32_s1"),
     make_desc<kCfgMlaM64N32W8S2>("mla_m64n32_w8_s2"),
+    make_desc<kCfgMlaR32M64N32S2>("mla_r32_m64n32_s2"),
+    make_desc<kCfgMlaR32M32N32S1>("mla_r32_m32n32_s1"),
 };
 
 // Split-K rule: only when the unsplit grid is under one wave; then aim at

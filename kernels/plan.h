@@ -27,6 +27,7 @@ namespace verify_attn {
 template <int DQK_, int DV_, bool V_IS_K_, int WARPS_M_, int WARPS_N_, int N_, int STAGES_,
           int MIN_BLOCKS_ = 1>
 struct TileShape {
+  static constexpr int kRowsPerWarp = 16;
   static constexpr int kMinBlocks = MIN_BLOCKS_;
   static constexpr int kDqk = DQK_;
   static constexpr int kDv = DV_;
@@ -54,6 +55,45 @@ struct TileShape {
   static_assert(DV_ <= DQK_, "value columns come from a DQK-wide tile when V_IS_K");
 };
 
+// EXPERIMENTAL (MLA only; never chosen by the plan, only through
+// VERIFY_ATTN_FORCE_CONFIG; not yet run on a GPU): 32 query rows per warp
+// (two m16 tiles share every K/V fragment) and the 576-wide reduction of
+// Q K^T split across WARPS_D warps, partial scores summed through shared
+// memory (kernels/attention_kernel_r32.cuh). Per KV tile it issues about a
+// third of the ldmatrix traffic per mma of TileShape's 16-row warps, which
+// ncu showed to be the limit (short-scoreboard stalls on shared memory).
+template <int DQK_, int DV_, int WARPS_M_, int WARPS_D_, int N_, int STAGES_>
+struct TileShapeR32 {
+  static constexpr int kRowsPerWarp = 32;
+  static constexpr int kMinBlocks = 1;
+  static constexpr int kDqk = DQK_;
+  static constexpr int kDv = DV_;
+  static constexpr bool kVIsK = true;
+  static constexpr int kWarpsM = WARPS_M_;
+  static constexpr int kWarpsN = WARPS_D_;  // d-slices of Q K^T; value column groups of P V
+  static constexpr int kWarps = WARPS_M_ * WARPS_D_;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kM = 32 * WARPS_M_;
+  static constexpr int kN = N_;
+  static constexpr int kStages = STAGES_;
+  static constexpr int kQStride = DQK_ + 8;
+  static constexpr int kKStride = DQK_ + 8;
+  static constexpr int kVStride = kKStride;
+  static constexpr int kPStride = N_ + 8;
+  static constexpr int kSStride = N_ + 8;  // fp32 partial scores, [WARPS_D][M][kSStride]
+  static constexpr int kQBytes = kM * kQStride * 2;
+  static constexpr int kKBytes = kStages * kN * kKStride * 2;
+  static constexpr int kVBytes = 0;
+  static constexpr int kPBytes = kM * kPStride * 2;
+  static constexpr int kSBytes = WARPS_D_ * kM * kSStride * 4;
+  static constexpr int kRedBytes = 2 * WARPS_D_ * kM * 4;
+  static constexpr int kSmemBytes = kQBytes + kKBytes + kPBytes + kSBytes + kRedBytes;
+
+  static_assert((DQK_ / WARPS_D_) % 16 == 0, "each d-slice is whole k16 steps");
+  static_assert(N_ == 8 * WARPS_D_, "each warp owns one n8 column block of the scores");
+  static_assert(DV_ % (16 * WARPS_D_) == 0, "value columns per warp: whole n16 blocks");
+};
+
 enum ConfigId : int {
   kCfgMlaM64N32S2 = 0,  // sm_90: 16 warps (4 x 4), 2-stage cp.async pipeline
   kCfgMlaM32N32S2,      // sm_90, few rows per request
@@ -63,6 +103,8 @@ enum ConfigId : int {
   kCfgGqa256M64N32S2,   // sm_90
   kCfgGqa256M64N32S1,   // sm_120
   kCfgMlaM64N32W8S2,    // sm_90: 8 warps (4 x 2): half the Q fragment reloads per score
+  kCfgMlaR32M64N32S2,   // EXPERIMENTAL sm_90: 32 rows/warp, d-split (see TileShapeR32)
+  kCfgMlaR32M32N32S1,   // EXPERIMENTAL sm_120 (98816 B)
   kNumConfigs
 };
 
@@ -79,6 +121,8 @@ template <> struct ConfigShape<kCfgGqa128M64N64S2> { using type = TileShape<128,
 template <> struct ConfigShape<kCfgGqa256M64N32S2> { using type = TileShape<256, 256, false, 4, 2, 32, 2>; };
 template <> struct ConfigShape<kCfgGqa256M64N32S1> { using type = TileShape<256, 256, false, 4, 2, 32, 1>; };
 template <> struct ConfigShape<kCfgMlaM64N32W8S2> { using type = TileShape<576, 512, true, 4, 2, 32, 2>; };
+template <> struct ConfigShape<kCfgMlaR32M64N32S2> { using type = TileShapeR32<576, 512, 2, 4, 32, 2>; };
+template <> struct ConfigShape<kCfgMlaR32M32N32S1> { using type = TileShapeR32<576, 512, 1, 4, 32, 1>; };
 
 struct ConfigDesc {
   const char* tag;  // e.g. "mla_m32n32_s1"
