@@ -4,6 +4,8 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 #include <cstdlib>
 #include <cstring>
 #include <cstdio>
@@ -49,6 +51,15 @@ va_status query_device(DeviceInfo* info) {
     return va_fail(VA_ERR_NO_DEVICE, "device: cudaGetDevice failed (%s: %s)",
                    cudaGetErrorName(e), cudaGetErrorString(e));
   }
+  // The attributes never change for a device: read them once (every launch
+  // plans twice, for the workspace size and for the launch itself).
+  constexpr int kCachedDevices = 64;
+  static std::atomic<bool> cached[kCachedDevices];
+  static DeviceInfo cache[kCachedDevices];
+  if (dev >= 0 && dev < kCachedDevices && cached[dev].load(std::memory_order_acquire)) {
+    *info = cache[dev];
+    return VA_OK;
+  }
   int major = 0, minor = 0, sms = 0, smem = 0;
   va_status st;
   if ((st = va_check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev),
@@ -68,6 +79,15 @@ va_status query_device(DeviceInfo* info) {
   info->sm_arch = major * 10 + minor;
   info->num_sms = sms;
   info->max_smem_optin = smem;
+  if (dev >= 0 && dev < kCachedDevices) {
+    // Written once under the lock, read only after the flag: no data race.
+    static std::mutex mu;
+    std::lock_guard<std::mutex> lock(mu);
+    if (!cached[dev].load(std::memory_order_relaxed)) {
+      cache[dev] = *info;
+      cached[dev].store(true, std::memory_order_release);
+    }
+  }
   return VA_OK;
 }
 

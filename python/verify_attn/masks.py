@@ -78,8 +78,18 @@ def _to_int32_bits(words64: torch.Tensor) -> torch.Tensor:
     return wrapped.to(torch.int32).contiguous()
 
 
-def _pack_bool(vis: torch.Tensor, num_words: int) -> torch.Tensor:
-    """bool [N, C] (C <= 32 * num_words) -> int32 bits [N, num_words]."""
+def pack_bool_rows(vis: torch.Tensor, num_words: int) -> torch.Tensor:
+    """Pack visibility rows into the compact mask's words.
+
+    Args:
+      vis: bool ``[N, C]`` with ``C <= 32 * num_words``; ``vis[r, c]``: row ``r``
+        sees draft column ``c``.
+      num_words: words per row (see :func:`mask_words`).
+
+    Returns:
+      ``torch.int32 [N, num_words]`` holding the uint32 bit pattern (bit ``c % 32``
+      of word ``c // 32``), on ``vis``'s device.
+    """
     n, c = vis.shape
     if c < num_words * 32:
         padded = torch.zeros((n, num_words * 32), dtype=torch.bool, device=vis.device)
@@ -342,7 +352,7 @@ def from_dense(
     rows = rows & (cols < q_len_row)
     if rows.shape[1] > 32 * num_words:
         rows = rows[:, : 32 * num_words]
-    return _pack_bool(rows, num_words)
+    return pack_bool_rows(rows, num_words)
 
 
 def _gather_pack_words(flat: torch.Tensor, row_base: torch.Tensor, q_len_row: torch.Tensor, num_words: int):
@@ -613,7 +623,7 @@ def causal(
         return torch.zeros((0, num_words), dtype=torch.int32, device=device)
     _, local = _row_request_and_local(ind, total_q)
     cols = torch.arange(32 * num_words, device=device).unsqueeze(0)
-    return _pack_bool(cols <= local.unsqueeze(1), num_words)
+    return pack_bool_rows(cols <= local.unsqueeze(1), num_words)
 
 
 # ---------------------------------------------------------------------------

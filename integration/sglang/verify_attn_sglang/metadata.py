@@ -30,6 +30,8 @@ from typing import Optional
 
 import torch
 
+from verify_attn import masks as _masks
+
 __all__ = [
     "mask_words",
     "uniform_qo_indptr",
@@ -50,7 +52,7 @@ __all__ = [
 
 def mask_words(n: int) -> int:
     """uint32 words per compact-mask row for ``n`` draft tokens (at least 1)."""
-    return max(1, (int(n) + 31) // 32)
+    return _masks.mask_words(n)
 
 
 def uniform_qo_indptr(bs: int, n: int, *, device=None, out: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -160,30 +162,13 @@ def build_verify_kv(
 # ---------------------------------------------------------------------------
 # masks
 
-_SHIFTS = {}
-
-
-def _shifts(device) -> torch.Tensor:
-    key = str(device)
-    s = _SHIFTS.get(key)
-    if s is None:
-        s = torch.arange(32, dtype=torch.int64, device=device)
-        _SHIFTS[key] = s
-    return s
-
-
 def pack_bool_rows(vis: torch.Tensor, words: int, *, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """bool ``[rows, c]`` (``c <= 32 * words``) -> int32 bit pattern ``[rows, words]``."""
-    rows, c = vis.shape
-    if c < 32 * words:
-        vis = torch.nn.functional.pad(vis.to(torch.int64), (0, 32 * words - c))
-    else:
-        vis = vis.to(torch.int64)
-    w64 = (vis.reshape(rows, words, 32) << _shifts(vis.device)).sum(dim=-1)
-    w32 = torch.where(w64 >= 2**31, w64 - 2**32, w64).to(torch.int32)
+    """bool ``[rows, c]`` (``c <= 32 * words``) -> int32 bit pattern ``[rows, words]``
+    (:func:`verify_attn.masks.pack_bool_rows`), written into ``out[:rows]`` when given."""
+    w32 = _masks.pack_bool_rows(vis, words)
     if out is None:
-        return w32.contiguous()
-    v = out[:rows]
+        return w32
+    v = out[: vis.shape[0]]
     v.copy_(w32)
     return v
 
