@@ -17,21 +17,11 @@
 # (else /tmp): bench_sglang_backend.json/.png/.log.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-STAGE="$ROOT/.gpu_stage"
 PY="${PYTHON:-python3}"
 SITE=/tmp/va_sglang_site
 LOG="${OUT:-/tmp}"
 mkdir -p "$LOG"
-for need in "$STAGE/sglang/sglang.zip" "$STAGE/sglang/wheels"; do
-  [[ -e "$need" ]] || { echo "run_gpu_bench: missing $need (run integration/sglang/stage.sh here, carry .gpu_stage)" >&2; exit 2; }
-done
-ls "$STAGE"/verify_attn-*.whl >/dev/null 2>&1 || { echo "run_gpu_bench: no verify_attn wheel in $STAGE (tools/gpu_run.sh stage)" >&2; exit 2; }
-rm -rf "$SITE" && mkdir -p "$SITE"
-t0=$(date +%s)
-"$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" \
-    "$STAGE"/verify_attn-*.whl "$STAGE"/sglang/wheels/*.whl
-"$PY" -m zipfile -e "$STAGE/sglang/sglang.zip" "$SITE"
-echo "run_gpu_bench: installed in $(( $(date +%s) - t0 )) s" | tee "$LOG/sglang_bench_install.log"
+source "$ROOT/integration/sglang/install_site.sh" run_gpu_bench
 # The site first (verify_attn wheel, SGLang, transformers 5, ...); the bench appends
 # integration/sglang and the sgl_kernel stand-in (tests/stubs) itself.
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"

@@ -11,16 +11,10 @@
 # integration/sglang/tests/test_backend_gpu.py. Logs to $OUT when set.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-STAGE="$ROOT/.gpu_stage"
 PY="${PYTHON:-python3}"
 SITE=/tmp/va_sglang_site
 LOG="${OUT:-/tmp}"
-rm -rf "$SITE" && mkdir -p "$SITE"
-t0=$(date +%s)
-"$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" \
-    "$STAGE"/verify_attn-*.whl "$STAGE"/sglang/wheels/*.whl
-"$PY" -m zipfile -e "$STAGE/sglang/sglang.zip" "$SITE"
-echo "run_gpu_tests: installed in $(( $(date +%s) - t0 )) s" | tee "$LOG/sglang_gpu_install.log"
+source "$ROOT/integration/sglang/install_site.sh" run_gpu_tests
 S="$ROOT/integration/sglang/tests/stubs"
 export PYTHONPATH="$SITE:$ROOT/integration/sglang${PYTHONPATH:+:$PYTHONPATH}"
 export VERIFY_ATTN_SGLANG_GPU=1 PYTHONUNBUFFERED=1
