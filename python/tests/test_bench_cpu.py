@@ -426,7 +426,7 @@ print("WORST", worst)
 # workload=real adapter
 
 
-def test_fixture_case_adapter():
+def test_fixture_case_adapter(monkeypatch, tmp_path):
     c = {"name": "cap0", "num_qo_heads": 8, "num_kv_heads": 2, "head_dim": 64,
          "q_lens": [3, 2], "prefix_lens": [10, 4], "parents": [-1, 0, 0, -1, 0]}
     s = workload.case_to_shape(c)
@@ -445,6 +445,8 @@ def test_fixture_case_adapter():
     assert s2.mla and s2.d_vo == 512 and s2.prefix_lens == (100,) and s2.name.startswith("real#3")
     with pytest.raises(ValueError):
         workload.case_to_shape({"heads": 4})
+    # no fixture anywhere (the GPU run exports VERIFY_ATTN_REAL_FIXTURE: point it nowhere)
+    monkeypatch.setenv("VERIFY_ATTN_REAL_FIXTURE", os.path.join(str(tmp_path), "missing.safetensors"))
     with pytest.raises(workload.FixtureUnavailable):
         workload.load_shapes("")
 
