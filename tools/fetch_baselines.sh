@@ -25,12 +25,27 @@
 # .gpu_stage to the GPU machine as usual.
 #
 # FlashInfer is NOT staged: see tools/benchlib/baselines/flashinfer.py.
+#
+# FlashMLA (opt-in: VERIFY_ATTN_STAGE_FLASHMLA=1): `pip download --no-deps
+# sgl-flash-mla==1.0.0` (by name, pinned; the one published wheel,
+# sgl_flash_mla-1.0.0-cp310-abi3-manylinux2014_x86_64.whl, 9,866,492 bytes =
+# 9.4 MiB; abi3 + torch's stable C ABI, so it serves CPython 3.12), sha256
+# checked, copied as is into DEST/. The bench installs it on the GPU machine
+# with `pip install --no-deps --no-index --target` at first use
+# (tools/benchlib/baselines/flashmla.py). Opt-in because of its size: the full
+# `tools/gpu_run.sh stage` is already ~55 MiB (of a 64 MiB carry), so with the
+# wheel the carried .gpu_stage needs the SGLang integration stage
+# (.gpu_stage/sglang, ~40 MiB) left out, e.g. for a bench-only run. Without
+# the variable a previously staged FlashMLA wheel is removed from DEST.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEST="${1:-$ROOT/.gpu_stage/baselines}"
 SGLANG_VERSION=0.5.23
 SGLANG_WHEEL=sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl
 SGLANG_SHA256=00b3cd5b265ac76c64185fbb6b95424f324ddd9f428d0306b77bc9db9d859937
+FLASHMLA_VERSION=1.0.0
+FLASHMLA_WHEEL=sgl_flash_mla-1.0.0-cp310-abi3-manylinux2014_x86_64.whl
+FLASHMLA_SHA256=95d2761376337af4568dbadedc1807b0d90e4d8383c63fa859518a34937392b3
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/verify_attn/baselines"
 
 PY="${PYTHON:-}"
@@ -98,3 +113,35 @@ for dp, _, fns in os.walk(dest):
         total += os.path.getsize(os.path.join(dp, fn))
 print(f"fetch_baselines: staged {len(files)} SGLang kernel files in {dest} ({total / 1e3:.0f} kB)")
 PYEOF
+
+# FlashMLA's wheel (opt-in, see the header).
+rm -f "$DEST"/sgl_flash_mla-*.whl
+if [[ "${VERIFY_ATTN_STAGE_FLASHMLA:-0}" == 1 ]]; then
+  if [[ ! -f "$CACHE/$FLASHMLA_WHEEL" ]]; then
+    echo "fetch_baselines: pip download sgl-flash-mla==$FLASHMLA_VERSION (no deps, ~9.9 MB)" >&2
+    "$PY" -m pip download -q --no-deps --only-binary=:all: \
+        --python-version 3.12 --implementation cp --abi abi3 \
+        --platform manylinux2014_x86_64 \
+        "sgl-flash-mla==$FLASHMLA_VERSION" -d "$CACHE"
+  fi
+  got="$(sha256sum "$CACHE/$FLASHMLA_WHEEL" | cut -d' ' -f1)"
+  if [[ "$got" != "$FLASHMLA_SHA256" ]]; then
+    echo "fetch_baselines: sha256 mismatch for $CACHE/$FLASHMLA_WHEEL: $got != $FLASHMLA_SHA256" >&2
+    exit 1
+  fi
+  cp "$CACHE/$FLASHMLA_WHEEL" "$DEST/"
+  chmod u+w "$DEST/$FLASHMLA_WHEEL"
+  printf 'sgl-flash-mla %s\nwheel %s\nsha256 %s\n' "$FLASHMLA_VERSION" "$FLASHMLA_WHEEL" "$FLASHMLA_SHA256" \
+      >> "$DEST/STAGED.txt"
+  echo "fetch_baselines: staged $FLASHMLA_WHEEL ($(stat -c %s "$DEST/$FLASHMLA_WHEEL") bytes) in $DEST"
+  stage_dir="$(dirname "$DEST")"
+  stage_bytes="$(du -sb "$stage_dir" | cut -f1)"
+  echo "fetch_baselines: $stage_dir now holds $((stage_bytes / 1048576)) MiB"
+  if ((stage_bytes > 60 * 1048576)); then
+    echo "fetch_baselines: WARNING: over 60 MiB (the carry to the GPU machine is 64 MiB in all):" \
+         "leave the SGLang integration stage ($stage_dir/sglang) out of the carry" >&2
+  fi
+else
+  echo "fetch_baselines: FlashMLA not staged (VERIFY_ATTN_STAGE_FLASHMLA=1 stages its 9.4 MiB wheel;" \
+       "the bench's FlashMLA column then says 'unavailable')"
+fi

@@ -37,6 +37,13 @@ stage)
   integration/sglang/stage.sh
   du -sh "$STAGE"
   ls -la "$STAGE"
+  # VERIFY_ATTN_STAGE_FLASHMLA=1 (tools/fetch_baselines.sh) adds FlashMLA's 9.4 MiB wheel:
+  # then the whole stage no longer fits the carry.
+  stage_bytes="$(du -sb "$STAGE" | cut -f1)"
+  if ((stage_bytes > 64 * 1048576)); then
+    echo "gpu_run stage: WARNING: $STAGE is $((stage_bytes / 1048576)) MiB, over the 64 MiB carry;" \
+         "carry it without $STAGE/sglang (the SGLang integration stage) or without the FlashMLA wheel" >&2
+  fi
   ;;
 device)
   cd "$ROOT"
