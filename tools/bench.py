@@ -10,6 +10,11 @@ budgets; ``--grid``, ``--shapes``) through, in one process and one run:
 - FlashInfer's custom-mask paged prefill (GQA; not stageable on the lent H200,
   see ``benchlib/baselines/flashinfer.py``: the column says why);
 - PyTorch FlexAttention (``torch.compile``d, tree ``mask_mod``, block mask);
+- FlashMLA (``sgl-flash-mla``, dense bf16 decode, ``causal=True``, page block
+  64; SM90 only; its wheel staged on request by ``VERIFY_ATTN_STAGE_FLASHMLA=1
+  tools/fetch_baselines.sh``, else the column says "unavailable"): no tree
+  mask, so it runs the causal CHAIN of every MLA row's shape, tree rows too,
+  checked against that chain's reference (``benchlib/baselines/flashmla.py``);
 - the float64 PyTorch reference, as the correctness check;
 - opt-in (``--baselines=...,sglang_backend``, needs SGLang installed: see
   ``--sglang_site``): SGLang's attention backends themselves, our plugin
@@ -48,10 +53,13 @@ flags.DEFINE_string("json_out", None, "JSON results path (default: $OUT/bench.js
                     "else verify_attn_bench.json in the working directory). Rewritten after every shape.")
 flags.DEFINE_string("plot_out", None, "PNG plot path (default: beside the JSON, .png).")
 flags.DEFINE_integer("page_size", 1, "Page size of the paged cache (1 like SGLang's token pool; 64 option).")
-flags.DEFINE_string("baselines_dir", None, "Staged SGLang kernels (tools/fetch_baselines.sh); "
+flags.DEFINE_string("baselines_dir", None, "Staged SGLang kernels and FlashMLA wheel (tools/fetch_baselines.sh); "
                     "default <repo>/.gpu_stage/baselines.")
-flags.DEFINE_list("baselines", ["sglang_extend", "sglang_chain", "flex", "flashinfer"],
-                  "Baselines to run: sglang_extend, sglang_chain, flex, flashinfer, and (not by default: "
+flags.DEFINE_list("baselines", ["sglang_extend", "sglang_chain", "flex", "flashinfer", "flashmla"],
+                  "Baselines to run: sglang_extend, sglang_chain, flex, flashinfer, flashmla (FlashMLA's "
+                  "dense decode with causal=True: the causal chain of every MLA row, tree rows too; "
+                  "'unavailable' unless its wheel is staged, VERIFY_ATTN_STAGE_FLASHMLA=1 "
+                  "tools/fetch_baselines.sh, and the GPU is SM90), and (not by default: "
                   "needs SGLang installed, see --sglang_site) sglang_backend = our SGLang plugin backend "
                   "and SGLang's TritonAttnBackend, forward_extend in target verify (eager).")
 flags.DEFINE_string("sglang_site", None, "Folder with SGLang installed (integration/sglang/run_gpu_bench.sh "
@@ -146,7 +154,7 @@ def sglang_site():
 
 def build_impls(dry_run: bool, baselines_dir: str):
     from benchlib import ours
-    from benchlib.baselines import flashinfer, flex, sglang_backend, sglang_triton, torch_ref
+    from benchlib.baselines import flashinfer, flashmla, flex, sglang_backend, sglang_triton, torch_ref
 
     if dry_run:
         return [torch_ref.TorchReference()]
@@ -156,6 +164,7 @@ def build_impls(dry_run: bool, baselines_dir: str):
         "sglang_chain": lambda: [sglang_triton.SGLangChain(baselines_dir)],
         "flex": lambda: [flex.Flex()],
         "flashinfer": lambda: [flashinfer.FlashInferPrefill()],
+        "flashmla": lambda: [flashmla.FlashMLAChain(baselines_dir)],
         "sglang_backend": lambda: sglang_backend.adapters(sglang_site()),
     }
     last = []

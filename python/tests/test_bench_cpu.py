@@ -565,12 +565,23 @@ def test_sglang_backend_unavailable_through_runner(tmp_path, monkeypatch):
     assert report.integration_ratios(rows[0])["x_sgl_backend"] is None
 
 
-def test_bench_baselines_flag_sglang_backend(tmp_path):
-    import importlib.util
+_BENCH_MODULE = []
 
-    spec = importlib.util.spec_from_file_location("va_bench_main_for_test", _bench_py())
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+
+def _bench_module():
+    """tools/bench.py as a module, loaded once (its absl flags register globally)."""
+    if not _BENCH_MODULE:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("va_bench_main_for_test", _bench_py())
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+        _BENCH_MODULE.append(bench)
+    return _BENCH_MODULE[0]
+
+
+def test_bench_baselines_flag_sglang_backend(tmp_path):
+    bench = _bench_module()
     try:
         assert "sglang_backend" not in bench.FLAGS["baselines"].default
         bench.FLAGS(["bench", "--baselines=sglang_backend,sglang_extend,flex",
@@ -639,3 +650,238 @@ def test_report_sglang_backend_columns(tmp_path):
     data = json.loads(p.read_text())
     assert data["rows"][0]["sglang_backend"]["x_sgl_backend"] == pytest.approx(8.0)
     assert report.plot([r1, r2, r3], str(tmp_path / "b.png"))
+
+
+# ---------------------------------------------------------------------------
+# FlashMLA (--baselines=flashmla): the chain-only baseline, CPU-side behaviour
+
+
+def _fake_flash_mla():
+    """A stand-in ``flash_mla`` module computing upstream's documented dense decode in
+    float32 from the paged inputs: block table gather, ``causal=True`` bottom-right
+    aligned (query t of s_q sees KV rows 0 .. seqlen - s_q + t)."""
+    import types
+
+    calls = {"n": 0}
+
+    def get_mla_metadata(*args, **kwargs):
+        return types.SimpleNamespace(tile_scheduler_metadata=None, num_splits=None), None
+
+    def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
+                               num_splits=None, softmax_scale=None, causal=False, use_legacy=False):
+        assert use_legacy and causal and num_splits is None and head_dim_v == 512
+        B, T, H, D = q.shape
+        assert k_cache.shape[1:] == (64, 1, D) and block_table.dtype == torch.int32
+        assert cache_seqlens.dtype == torch.int32 and tuple(cache_seqlens.shape) == (B,)
+        calls["n"] += 1
+        out = torch.empty(B, T, H, head_dim_v, dtype=q.dtype)
+        lse = torch.empty(B, H, T)
+        for b in range(B):
+            n = int(cache_seqlens[b])
+            kb = k_cache[block_table[b].long()].reshape(-1, D)[:n].float()
+            s = torch.einsum("thd,kd->thk", q[b].float(), kb) * softmax_scale
+            vis = torch.arange(n)[None, :] <= (n - T + torch.arange(T))[:, None]
+            s = s.masked_fill(~vis[:, None, :], float("-inf"))
+            out[b] = torch.einsum("thk,kd->thd", torch.softmax(s, -1), kb[:, :head_dim_v]).to(q.dtype)
+            lse[b] = torch.logsumexp(s, -1).transpose(0, 1)
+        return out, lse
+
+    return types.SimpleNamespace(get_mla_metadata=get_mla_metadata,
+                                 flash_mla_with_kvcache=flash_mla_with_kvcache, __version__="fake", calls=calls)
+
+
+@pytest.mark.parametrize("page_size", [1, 64])
+def test_flashmla_input_builder(page_size):
+    from benchlib.baselines import flashmla
+
+    shp = shapes.Shape("mla", 3, 2, 1, 576, 512, 5, 70, "ddtree")   # kv_len 75: two 64-row blocks each
+    case = inputs.build_case(shp, "cpu", page_size=page_size, seed=4)
+    s = inputs.make_inputs(case)
+    fi = flashmla.build_inputs(case, s)
+    assert tuple(fi.q.shape) == (3, 5, 2, 576) and fi.q.data_ptr() == s.q.data_ptr()   # a view
+    assert torch.equal(fi.q.reshape(-1, 2, 576), s.q)
+    assert fi.k_cache.dim() == 4 and tuple(fi.k_cache.shape[1:]) == (64, 1, 576)
+    assert fi.block_table.dtype == torch.int32 and tuple(fi.block_table.shape) == (3, 2)
+    assert fi.cache_seqlens.dtype == torch.int32 and fi.cache_seqlens.tolist() == [75, 75, 75]
+    ids = fi.block_table.flatten().tolist()
+    assert len(set(ids)) == len(ids) and 0 <= min(ids) and max(ids) < fi.k_cache.shape[0]
+    kvp = case.kv_indptr_flat.tolist()
+    for i in range(3):
+        rows = fi.k_cache[fi.block_table[i].long()].reshape(-1, 1, 576)
+        assert torch.equal(rows[:75], s.k_flat[kvp[i]:kvp[i + 1]])   # prefix, then the drafts
+        if page_size == 1:
+            assert not rows[75:].any()     # the tail of the last block: zeros
+    if page_size == 64:
+        assert fi.shared_cache and fi.k_cache.data_ptr() == s.k_cache.data_ptr()
+        assert ids == case.kv_indices.tolist()
+    else:
+        assert not fi.shared_cache and fi.k_cache.shape[0] == 6 + 1   # 5% slack, at least one block
+        assert ids != sorted(ids) or len(ids) < 3                     # scattered
+    # ragged lengths, GQA: not FlashMLA's problem
+    rag = inputs.build_case(shapes.Shape("mla", 2, 2, 1, 576, 512, 4, 9, "chain", q_lens=(4, 2),
+                                         prefix_lens=(9, 9)), "cpu")
+    with pytest.raises(NotApplicable):
+        flashmla.build_inputs(rag, inputs.make_inputs(rag))
+    g = inputs.build_case(shapes.Shape("gqa", 1, 4, 2, 64, 64, 3, 9, "chain"), "cpu")
+    with pytest.raises(NotApplicable):
+        flashmla.build_inputs(g, inputs.make_inputs(g))
+    impl = flashmla.FlashMLAChain(None)
+    assert impl.applies(g).startswith("MLA only") and "one q_len" in impl.applies(rag)
+    assert impl.applies(case) is None
+
+
+def test_flashmla_chain_through_runner_and_report(monkeypatch):
+    """FlashMLA (a CPU stand-in with the same call) on tree, chain and GQA rows: checked against
+    the CHAIN reference on tree rows, n/a on GQA, its two columns rendered."""
+    from benchlib.baselines import flashmla, torch_ref
+
+    fake = _fake_flash_mla()
+    impl = flashmla.FlashMLAChain(None)
+    impl._fm = fake
+    monkeypatch.setattr(impl, "unavailable", lambda: None)
+    tree, chain = shapes.Shape("mla", 2, 4, 1, 576, 512, 5, 37, "ddtree"), shapes.dry_grid()[1]
+    gqa = shapes.dry_grid()[2]
+    opts = runner.Options(device="cpu", graph=False, rotate=False, warmup=1, target_ms=1.0, min_iters=1,
+                          max_iters=2)
+    rows = runner.run_all([tree, chain, gqa], [torch_ref.TorchReference(), impl], opts,
+                          floor.nominal_ceilings())
+    rt, rc, rg = rows
+    ft, fc, fg = (r["impls"]["flashmla"] for r in rows)
+    assert ft["status"] == "ok" and ft["computes"] == "chain" and ft["check"] == "chain ref"
+    assert ft["err_ref"] < 1e-2 and ft["err_vs_ours"] is None and rt["check_chain"] == "chain ref"
+    assert rt["speedup"]["flashmla"]["baseline_computes"] == "causal chain of the same shape"
+    assert fc["status"] == "ok" and fc["err_ref"] < 1e-2 and "check" not in fc and "check_chain" not in rc
+    assert "baseline_computes" not in rc["speedup"]["flashmla"]
+    assert fg["status"] == "n/a" and "MLA only" in fg["reason"]
+    assert fake.calls["n"] >= 3
+    # the chain reference really differs from the tree's on the tree row
+    case = inputs.build_case(tree, "cpu", seed=0)
+    s = inputs.make_inputs(case)
+    out = impl.prepare(case, s)()
+    assert tuple(out.shape) == (case.total_q, 4, 512)
+    assert check.err_vs_reference(out, case, check.reference(case, s, causal=True)) < 1e-2
+    assert check.err_vs_reference(out, case, check.reference(case, s)) > 5e-2
+    # the report: time column, ratio column (FlashMLA / ours), n/a on GQA, the note
+    th, tb = report.time_table(rows)
+    j = th.index("FlashMLA chain us")
+    assert tb[2][j] == "n/a" and tb[0][j].endswith("e")
+    fh, fb = report.floor_table(rows)
+    k = fh.index("tree/FMLA-chain")
+    want = ft["eager"]["median_us"] / rt["impls"]["torch_ref"]["eager"]["median_us"]
+    assert fb[0][k] == report._fmt_x(want) and fb[2][k] == "n/a"
+    text = report.render(rows, {"card": "cpu"})
+    assert report.FLASHMLA_NOTE in text and "tree/FMLA-chain" in report.CONVENTIONS
+
+
+def test_flashmla_unavailable_cells(tmp_path, monkeypatch):
+    from benchlib.baselines import flashmla, torch_ref
+
+    monkeypatch.delenv(flashmla.SITE_ENV, raising=False)
+    monkeypatch.setattr(flashmla.importlib.util, "find_spec", lambda name, *a: None)
+    impl = flashmla.FlashMLAChain(str(tmp_path / "no_baselines"))
+    why = impl.unavailable()
+    assert why.startswith("unavailable: not staged") and "VERIFY_ATTN_STAGE_FLASHMLA=1" in why, why
+    assert report._absent({"status": "unavailable", "reason": why}) == "unavailable"
+    # staged but no CUDA here (or not an SM90): still a clean 'unavailable'
+    (tmp_path / "st").mkdir()
+    (tmp_path / "st" / "sgl_flash_mla-1.0.0-cp310-abi3-manylinux2014_x86_64.whl").write_bytes(b"")
+    if not torch.cuda.is_available():
+        assert flashmla.FlashMLAChain(str(tmp_path / "st")).unavailable() == "unavailable: needs CUDA"
+    opts = runner.Options(device="cpu", graph=False, rotate=False, warmup=1, target_ms=1.0, min_iters=1,
+                          max_iters=2)
+    mla, gqa = shapes.dry_grid()[1], shapes.dry_grid()[2]
+    rows = runner.run_all([mla, gqa], [torch_ref.TorchReference(), impl], opts, floor.nominal_ceilings())
+    assert rows[0]["impls"]["flashmla"]["status"] == "unavailable"
+    assert rows[1]["impls"]["flashmla"]["status"] == "n/a"      # GQA: n/a, staged or not
+    th, tb = report.time_table(rows)
+    j = th.index("FlashMLA chain us")
+    assert (tb[0][j], tb[1][j]) == ("unavailable", "n/a")
+    fh, fb = report.floor_table(rows)
+    k = fh.index("tree/FMLA-chain")
+    assert (fb[0][k], fb[1][k]) == ("unavailable", "n/a")
+    assert "flashmla" not in rows[0]["speedup"]
+    text = report.render(rows, {"card": "cpu"})
+    assert "FlashMLA dense decode (causal chain): unavailable: not staged" in text
+
+
+def _fake_wheel(path, init_py):
+    """A minimal ``sgl_flash_mla`` wheel holding ``flash_mla/__init__.py`` (for pip --target)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    files = {
+        "flash_mla/__init__.py": init_py,
+        "sgl_flash_mla-0.0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: sgl-flash-mla\nVersion: 0.0.1\n",
+        "sgl_flash_mla-0.0.1.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                               "Tag: py3-none-any\n",
+    }
+    record = []
+    for name, text in files.items():
+        d = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={d},{len(text.encode())}")
+    record.append("sgl_flash_mla-0.0.1.dist-info/RECORD,,")
+    files["sgl_flash_mla-0.0.1.dist-info/RECORD"] = "\n".join(record) + "\n"
+    with zipfile.ZipFile(path, "w") as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+    return str(path)
+
+
+def test_flashmla_install_and_probe(tmp_path, monkeypatch):
+    """The staged wheel is installed with pip --target and imported in a child process
+    first; an import that aborts the child makes the column unavailable, not the bench."""
+    import importlib.util
+
+    from benchlib.baselines import flashmla
+
+    if importlib.util.find_spec("pip") is None:
+        pytest.skip("pip is not installed in this interpreter")
+    monkeypatch.delenv(flashmla.SITE_ENV, raising=False)
+    good = tmp_path / "good"
+    good.mkdir()
+    _fake_wheel(good / "sgl_flash_mla-0.0.1-py3-none-any.whl",
+                "__version__ = '0.0.1'\ndef has_legacy():\n    return True\n")
+    assert flashmla.find_wheel(str(good)).endswith("sgl_flash_mla-0.0.1-py3-none-any.whl")
+    assert flashmla.find_wheel(str(tmp_path)) is None
+    root = tmp_path / "sites"
+    site = flashmla.install(flashmla.find_wheel(str(good)), str(root))
+    assert os.path.isfile(os.path.join(site, "flash_mla", "__init__.py"))
+    assert flashmla.install(flashmla.find_wheel(str(good)), str(root)) == site   # kept, not reinstalled
+    assert flashmla.probe(site, run_kernel=False) is None
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    _fake_wheel(bad / "sgl_flash_mla-0.0.1-py3-none-any.whl", "import os\nos.abort()\n")
+    bad_site = flashmla.install(flashmla.find_wheel(str(bad)), str(tmp_path / "bad_sites"))
+    why = flashmla.probe(bad_site, run_kernel=False)
+    assert why.startswith("import flash_mla failed in a child process (killed by signal"), why
+    nolegacy = tmp_path / "nolegacy"
+    nolegacy.mkdir()
+    _fake_wheel(nolegacy / "sgl_flash_mla-0.0.1-py3-none-any.whl",
+                "def has_legacy():\n    return False\n")
+    nl_site = flashmla.install(flashmla.find_wheel(str(nolegacy)), str(tmp_path / "nl_sites"))
+    assert "legacy extension" in flashmla.probe(nl_site, run_kernel=False)
+    # load(): through $VERIFY_ATTN_FLASHMLA_SITE, the bad one stays unavailable (and is remembered)
+    monkeypatch.setenv(flashmla.SITE_ENV, bad_site)
+    with pytest.raises(flashmla.Unavailable, match="killed by signal"):
+        flashmla.load(None, run_kernel=False)
+    with pytest.raises(flashmla.Unavailable, match="killed by signal"):
+        flashmla.load(None, run_kernel=False)
+    monkeypatch.setenv(flashmla.SITE_ENV, str(tmp_path / "nowhere"))
+    with pytest.raises(flashmla.Unavailable, match="holds no flash_mla"):
+        flashmla.load(None, run_kernel=False)
+    flashmla._LOADED.clear()
+
+
+def test_bench_baselines_flag_flashmla(tmp_path):
+    bench = _bench_module()
+    try:
+        assert "flashmla" in bench.FLAGS["baselines"].default
+        assert "flashmla" in bench.FLAGS["baselines"].help
+        bench.FLAGS(["bench", "--baselines=flashmla"])
+        impls = bench.build_impls(False, str(tmp_path / "no_baselines"))
+        assert [i.name for i in impls] == ["ours_paged", "ours_flat", "flashmla"]
+        assert impls[-1].baselines_dir == str(tmp_path / "no_baselines")
+        assert impls[-1].computes == "chain" and impls[-1].competitor
+    finally:
+        bench.FLAGS.unparse_flags()

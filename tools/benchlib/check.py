@@ -51,8 +51,13 @@ def choose_requests(case) -> List[int]:
     return picks
 
 
-def reference(case, inputs, compute_dtype=torch.float64) -> Reference:
-    """float64 reference outputs of the chosen requests (on the case's device)."""
+def reference(case, inputs, compute_dtype=torch.float64, causal: bool = False) -> Reference:
+    """float64 reference outputs of the chosen requests (on the case's device).
+
+    ``causal=True``: the reference of the causal CHAIN of the same shape (draft ``t``
+    sees the prefix and drafts ``0..t``), whatever the case's tree: the check of a
+    chain-only implementation run on a tree row (FlashMLA, ``computes = "chain"``).
+    """
     reqs = choose_requests(case)
     s = case.shape
     outs = {}
@@ -62,11 +67,11 @@ def reference(case, inputs, compute_dtype=torch.float64) -> Reference:
         q = inputs.q[qo[i]:qo[i + 1]]
         k = inputs.k_flat[kvp[i]:kvp[i + 1]]
         v = None if inputs.v_flat is None else inputs.v_flat[kvp[i]:kvp[i + 1]]
-        tm = case.tree_mask[qo[i]:qo[i + 1]]
+        tm = None if causal else case.tree_mask[qo[i]:qo[i + 1]]
         one_q = torch.tensor([0, q.shape[0]], dtype=torch.int32, device=q.device)
         one_kv = torch.tensor([0, k.shape[0]], dtype=torch.int32, device=q.device)
         o, _ = reference_attention_flat(
-            q, k, v, one_q, one_kv, tree_mask=tm, sm_scale=case.sm_scale,
+            q, k, v, one_q, one_kv, tree_mask=tm, causal=causal, sm_scale=case.sm_scale,
             head_dim_vo=s.d_vo, compute_dtype=compute_dtype)
         outs[i] = o
     if not reqs:

@@ -10,6 +10,12 @@ Two tables:
    ceilings and of the floor, the speedup over each baseline, the max
    relative errors.
 
+FlashMLA (``--baselines=flashmla``, a default) has no tree mask: its time
+column (``FlashMLA chain us``) is its dense decode with ``causal=True`` on the
+causal chain of every MLA row's shape, tree rows included, and the second
+table's ``tree/FMLA-chain`` is that time / our time on the row itself (the
+tree on tree rows, the chain on chain rows); ``n/a`` on GQA rows.
+
 With ``--baselines=...,sglang_backend`` the second table also has
 ``xSGL-backend`` (SGLang's Triton backend's ``forward_extend`` time / our
 plugin backend's, target verify, both eager) and ``overhead`` (our plugin
@@ -31,13 +37,20 @@ COLUMNS = [
     ("sglang_chain", "SGLang chain"),
     ("flex", "Flex"),
     ("flashinfer", "FlashInfer"),
+    ("flashmla", "FlashMLA chain us"),
     ("sglang_backend_ours", "SGL-be ours"),
     ("sglang_backend_triton", "SGL-be Triton"),
     ("torch_ref", "torch ref"),
 ]
 _BASIS_SHORT = {"ours_flat": "flat", "torch_ref": "torch ref"}
 BASELINES = [("sglang_extend", "xSGL-ext"), ("sglang_chain", "xSGL-chain"), ("flex", "xFlex"),
-             ("flashinfer", "xFI")]
+             ("flashinfer", "xFI"), ("flashmla", "tree/FMLA-chain")]
+FLASHMLA_NOTE = ("tree/FMLA-chain = FlashMLA's time (sgl-flash-mla dense bf16 decode, causal=True, page "
+                 "block 64) on the causal CHAIN of the row's shape (same batch, heads, q_len, prefix: FlashMLA "
+                 "takes no tree mask) / our time on the row itself (its tree on tree rows, its chain on chain "
+                 "rows), same timing mode; FlashMLA is checked against the float64 reference of that chain. "
+                 "Above 1x our tree verify beats FlashMLA's chain verify of the same size; FlashMLA reads "
+                 "64-row pages while ours reads --page_size. n/a: not MLA (or ragged q_len).")
 # SGLang's backends themselves (benchlib/baselines/sglang_backend.py): not
 # speedups over our kernel, but our backend against Triton's and against our kernel.
 BACKEND_OURS, BACKEND_TRITON = "sglang_backend_ours", "sglang_backend_triton"
@@ -55,6 +68,9 @@ CONVENTIONS = {
     "x_sgl_backend": "SGLang TritonAttnBackend.forward_extend median / our plugin backend's forward_extend "
                      "median (target verify, init_forward_metadata outside the timed call, both eager)",
     "overhead": "our plugin backend's forward_extend median / our bare paged kernel's median (both eager)",
+    "tree/FMLA-chain": "FlashMLA dense decode (causal=True) median on the causal chain of the row's shape / "
+                       "this project's median on the row itself (tree rows: our tree), same timing mode; "
+                       "speedup['flashmla'] in the JSON, with baseline_computes set on tree rows",
     "err": "max over checked requests of ||out-ref||_F/||ref||_F vs the float64 reference; "
            "'ref[k/B]+ours': k of B requests referenced, baselines also compared with our output",
 }
@@ -93,7 +109,7 @@ def _absent(r: dict) -> str:
     if r.get("status") == "skipped":
         return "skip"
     why = str(r.get("reason") or "")
-    for key in ("not stageable", "not staged"):
+    for key in ("not stageable", "not staged", "unavailable"):
         if why.startswith(key):
             return key
     return "unavail."
@@ -292,6 +308,8 @@ def render(rows: List[dict], header: Dict[str, str]) -> str:
         lines.append("This project (paged kernel) vs the floor and the baselines "
                      "(xNAME = NAME's time / ours, same timing mode; ! = that baseline's output was wrong)")
         lines.append(tabulate(b, headers=h, tablefmt="github", disable_numparse=True))
+        if any("flashmla" in (row.get("impls") or {}) for row in rows):
+            lines.append(FLASHMLA_NOTE)
         if _has_backends(rows):
             lines.append("xSGL-backend = SGLang TritonAttnBackend.forward_extend / our plugin backend's "
                          "(target verify, eager); overhead = our plugin backend's forward_extend / our bare "
@@ -301,6 +319,9 @@ def render(rows: List[dict], header: Dict[str, str]) -> str:
         if row.get("reference_error"):
             lines.append(f"{row['shape']}: float64 reference failed ({row['reference_error']}); "
                          "errors only vs our kernel")
+        if row.get("chain_reference_error"):
+            lines.append(f"{row['shape']}: float64 reference of its chain failed "
+                         f"({row['chain_reference_error']}); FlashMLA's output unchecked")
     ns = notes(rows)
     if ns:
         lines.append("Notes:")

@@ -8,7 +8,10 @@ For each shape, in one process and one run:
    (:mod:`benchlib.check`);
 3. for every implementation (ours paged first: the others are also compared
    with its output): prepare, run once, check the output, then time it eagerly
-   and as a CUDA-graph replay;
+   and as a CUDA-graph replay; an implementation that computes the causal
+   CHAIN of the shape whatever its tree (``computes = "chain"``: FlashMLA) is
+   checked on a tree row against the float64 reference of that chain (built
+   once per row when needed), not against the tree reference nor our output;
 4. the row: medians, the basis (ours paged under graph replay when it ran),
    throughputs and fractions of the floor (:mod:`benchlib.floor`), and the
    speedup over every baseline measured in the same timing mode.
@@ -72,6 +75,11 @@ def _empty_cache(device):
         torch.cuda.empty_cache()
 
 
+def computes_chain_of_tree(impl: Impl, shape) -> bool:
+    """True when ``impl`` computes the causal chain of ``shape`` while the row is a tree."""
+    return getattr(impl, "computes", "tree") == "chain" and not shape.is_chain
+
+
 def run_impl(impl: Impl, case, sets, ref, ours_out, opts: Options, device) -> dict:
     res = {"label": impl.label, "status": "ok", "reason": None, "eager": None, "graph": None,
            "graph_error": None, "err_ref": None, "err_vs_ours": None}
@@ -79,6 +87,8 @@ def run_impl(impl: Impl, case, sets, ref, ours_out, opts: Options, device) -> di
     if why:
         res.update(status="n/a", reason=why)
         return res
+    if getattr(impl, "computes", "tree") == "chain":
+        res["computes"] = "chain"
     try:
         fns = [impl.prepare(case, s) for s in sets]
         out = fns[0]()
@@ -163,6 +173,9 @@ def summarize(row: dict, shape, ceil: floor.Ceilings) -> None:
             t_ours = t_basis
         if tb and t_ours:
             speed[name] = {"x": tb / t_ours, "mode": m, "baseline_wrong": r["status"] == "wrong"}
+            if r.get("computes") == "chain" and not shape.is_chain:
+                # FlashMLA: its time on the causal chain of this shape / ours on the tree
+                speed[name]["baseline_computes"] = "causal chain of the same shape"
     row["speedup"] = speed
 
 
@@ -208,17 +221,40 @@ def run_shape(shape, impls: Sequence[Impl], opts: Options, ceil: floor.Ceilings,
         _empty_cache(device)
     row["check"] = ref.label
     ours_out = None
+    chain_ref = None
     for impl in impls:
         name = impl.name
         if name in unavailable:
-            row["impls"][name] = {"label": impl.label, "status": "unavailable",
-                                  "reason": unavailable[name]}
+            na = None
+            if getattr(impl, "na_before_unavailable", False):
+                try:
+                    na = impl.applies(case)
+                except Exception:  # noqa: BLE001
+                    na = None
+            if na:
+                row["impls"][name] = {"label": impl.label, "status": "n/a", "reason": na}
+            else:
+                row["impls"][name] = {"label": impl.label, "status": "unavailable",
+                                      "reason": unavailable[name]}
             continue
         if name == "flex" and not _wants_flex(shape, opts):
             row["impls"][name] = {"label": impl.label, "status": "skipped",
                                   "reason": "not compiled for this shape (--flex=auto compiles shapes tagged 'flex')"}
             continue
-        res = run_impl(impl, case, sets, ref, ours_out, opts, device)
+        if computes_chain_of_tree(impl, shape) and impl.applies(case) is None:
+            # a chain-only kernel on a tree row: the reference of the chain of this shape
+            if chain_ref is None:
+                try:
+                    chain_ref = check.reference(case, sets[0], causal=True)
+                except Exception as e:  # noqa: BLE001
+                    chain_ref = check.Reference([], {}, "none")
+                    row["chain_reference_error"] = short_reason(e)
+                    _empty_cache(device)
+                row["check_chain"] = "chain " + chain_ref.label
+            res = run_impl(impl, case, sets, chain_ref, None, opts, device)
+            res["check"] = "chain " + chain_ref.label
+        else:
+            res = run_impl(impl, case, sets, ref, ours_out, opts, device)
         res["competitor"] = impl.competitor
         out = res.pop("_out", None)
         if name == "ours_paged" and res["status"] == "ok":
@@ -236,7 +272,7 @@ def run_shape(shape, impls: Sequence[Impl], opts: Options, ceil: floor.Ceilings,
     if ref.label != "ref" and ours_out is not None:
         row["check"] = ref.label + "+ours"
     summarize(row, shape, ceil)
-    del sets, case, ours_out
+    del sets, case, ours_out, chain_ref
     _empty_cache(device)
     row["seconds"] = time.time() - t0
     return row

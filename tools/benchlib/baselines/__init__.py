@@ -13,8 +13,10 @@ implementation's failure; it never stops the benchmark.
 Modules: :mod:`.sglang_triton` (SGLang 0.5.23's ``extend_attention_fwd`` with
 the FULL tree mask, and ``verify_shared_kv_fwd`` for chains), :mod:`.flex`
 (``torch.compile``d FlexAttention), :mod:`.flashinfer` (custom-mask paged
-prefill, GQA; not stageable on the GPU machine, see there), :mod:`.torch_ref`
-(the PyTorch reference in fp32, timed only in ``--dry_run``).
+prefill, GQA; not stageable on the GPU machine, see there), :mod:`.flashmla`
+(FlashMLA's dense decode, ``causal=True``: the chain of every MLA row; its
+wheel staged on request), :mod:`.torch_ref` (the PyTorch reference in fp32,
+timed only in ``--dry_run``).
 """
 
 from typing import Callable, Optional
@@ -30,6 +32,13 @@ class Impl:
     competitor = True        # a speedup is reported against it
     graphable = True         # try CUDA-graph replay
     check_vs_ours = True     # also compare with our kernel's output
+    # "tree": computes the row's own problem; "chain": computes the causal chain of
+    # the row's shape whatever its tree (FlashMLA): on a tree row it is checked
+    # against the chain's reference, never against our (tree) output
+    computes = "tree"
+    # True: on a shape it never serves the row says "n/a" (applies()) even when the
+    # implementation is unavailable in this process (FlashMLA on GQA rows)
+    na_before_unavailable = False
 
     def unavailable(self) -> Optional[str]:
         return None
