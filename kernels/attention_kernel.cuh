@@ -27,6 +27,7 @@
 #include "kernels/core/mask.cuh"
 #include "kernels/core/merge.cuh"
 #include "kernels/core/mma.cuh"
+#include "kernels/core/request.cuh"
 #include "kernels/core/softmax.cuh"
 #include "kernels/core/types.cuh"
 #include "kernels/launch.h"
@@ -34,29 +35,6 @@
 #include "kernels/plan.h"
 
 namespace verify_attn {
-
-// A request whose kv_len < q_len has no defined prefix: its rows become NaN.
-template <class Shape, typename DT>
-__device__ void write_nan_rows(const KernelParams& p, int q_start, int R, int row0, int hk,
-                               int split) {
-  constexpr int M = Shape::kM, DV = Shape::kDv;
-  const int G = p.group;
-  for (int idx = threadIdx.x; idx < M * DV; idx += Shape::kThreads) {
-    const int r = idx / DV, c = idx % DV;
-    const int gr = row0 + r;
-    if (gr >= R) continue;
-    const int64_t token = q_start + gr / G;
-    const int h = hk * G + gr % G;
-    if (p.num_splits > 1) {
-      if (c == 0) p.ws_lse[workspace_row(split, p.ws_rows, token, p.num_qo_heads, h)] = NAN;
-    } else {
-      DT* o = static_cast<DT*>(p.out) + token * p.out_stride_token + h * p.out_stride_head;
-      o[c] = DTypeTraits<DT>::from_float(NAN);
-      if (c == 0 && p.lse != nullptr)
-        p.lse[token * p.lse_stride_token + h * p.lse_stride_head] = NAN;
-    }
-  }
-}
 
 // sm_120 fits one such CTA per SM by shared memory (about 100 KB per SM), so
 // there the register cap of kMinBlocks would only cost spills.

@@ -14,6 +14,7 @@
 #include "kernels/attention_kernel_r32.cuh"
 #include "kernels/launch.h"
 #include "kernels/plan.h"
+#include "kernels/sm90/mla_wgmma_kernel.cuh"
 #include "kernels/status.h"
 
 namespace verify_attn {
@@ -21,7 +22,9 @@ namespace verify_attn {
 // The kernel template a tile shape runs (TileShapeR32: the experimental one).
 template <class Shape, typename DT, class Loader>
 constexpr auto kernel_for() {
-  if constexpr (Shape::kRowsPerWarp == 32) {
+  if constexpr (Shape::kWgmma) {
+    return mla_wgmma_kernel<Shape, DT, Loader>;
+  } else if constexpr (Shape::kRowsPerWarp == 32) {
     return attention_kernel_r32<Shape, DT, Loader>;
   } else {
     return attention_kernel<Shape, DT, Loader>;
@@ -92,6 +95,8 @@ va_status launch_attention(const KernelParams& kp, const Plan& plan, int dtype, 
     case kCfgMlaM64N32W8S2: return launch_config<kCfgMlaM64N32W8S2, Loader>(kp, plan, dtype, stream);
     case kCfgMlaR32M64N32S2: return launch_config<kCfgMlaR32M64N32S2, Loader>(kp, plan, dtype, stream);
     case kCfgMlaR32M32N32S1: return launch_config<kCfgMlaR32M32N32S1, Loader>(kp, plan, dtype, stream);
+    case kCfgMlaWgmmaM64N64: return launch_config<kCfgMlaWgmmaM64N64, Loader>(kp, plan, dtype, stream);
+    case kCfgMlaWgmmaM64N64P: return launch_config<kCfgMlaWgmmaM64N64P, Loader>(kp, plan, dtype, stream);
     default: break;
   }
   return va_fail(VA_ERR_UNSUPPORTED, "config: unknown configuration id %d",

@@ -18,7 +18,8 @@ namespace {
 template <int ID>
 constexpr ConfigDesc make_desc(const char* tag) {
   using S = typename ConfigShape<ID>::type;
-  return ConfigDesc{tag, S::kM, S::kN, S::kWarps, S::kStages, S::kSmemBytes, S::kMinBlocks};
+  return ConfigDesc{tag,         S::kM,          S::kN, S::kWarps, S::kStages, S::kSmemBytes,
+                    S::kMinBlocks, S::kWgmma ? 90 : 0, S::kWgmma};
 }
 
 const ConfigDesc kDescs[kNumConfigs] = {
@@ -32,6 +33,8 @@ const ConfigDesc kDescs[kNumConfigs] = {
     make_desc<kCfgMlaM64N32W8S2>("mla_m64n32_w8_s2"),
     make_desc<kCfgMlaR32M64N32S2>("mla_r32_m64n32_s2"),
     make_desc<kCfgMlaR32M32N32S1>("mla_r32_m32n32_s1"),
+    make_desc<kCfgMlaWgmmaM64N64>("mla_wgmma_m64n64"),
+    make_desc<kCfgMlaWgmmaM64N64P>("mla_wgmma_m64n64_pipe"),
 };
 
 // Split-K rule: only when the unsplit grid is under one wave; then aim at
@@ -124,9 +127,14 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
 
   // Candidate configurations, best first; the first that fits the device's
   // shared memory wins.
-  ConfigId cands[4];
+  ConfigId cands[6];
   int n = 0;
   if (mla) {
+    // sm_90: warpgroup MMA (kernels/sm90/mla_wgmma_kernel.cuh); the mma.sync
+    // configurations below stay the portable path (sm_120) and the fallback.
+    // H200, page_size 64: B1 H16 T64 L32k 214 us pipelined vs 229 us whole-tile
+    // scores (vs 497 us on mma.sync).
+    if (dev.sm_arch == 90) cands[n++] = kCfgMlaWgmmaM64N64P;
     // H200, B1 H16 T64 L32k: 8 warps 524 us vs 16 warps 627 us (fewer Q
     // fragment reloads per score); B1 H128 T32 L8k 502 vs 598; B32 T16 L4k 502 vs 589.
     if (rows_max > 32) cands[n++] = kCfgMlaM64N32W8S2;
@@ -150,7 +158,9 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
       const bool serves = mla ? std::strncmp(fd.tag, "mla", 3) == 0
                               : (std::strncmp(fd.tag, "gqa", 3) == 0 &&
                                  std::atoi(fd.tag + 5) == p.head_dim_qk);
-      if (serves && std::strcmp(fd.tag, force) == 0 && fd.smem_bytes <= dev.max_smem_optin)
+      const bool arch_ok = fd.only_arch == 0 || fd.only_arch == dev.sm_arch;
+      if (serves && arch_ok && std::strcmp(fd.tag, force) == 0 &&
+          fd.smem_bytes <= dev.max_smem_optin)
         chosen = id;
     }
   }
@@ -205,7 +215,7 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
     plan->workspace_bytes = 0;
   }
   plan->dev = dev;
-  std::snprintf(plan->name, sizeof(plan->name), "mma_sync_%s_%s",
+  std::snprintf(plan->name, sizeof(plan->name), "%s_%s_%s", d.wgmma ? "wgmma" : "mma_sync",
                 p.dtype == VA_DTYPE_BF16 ? "bf16" : "fp16", d.tag);
   return VA_OK;
 }

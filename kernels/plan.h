@@ -27,6 +27,7 @@ namespace verify_attn {
 template <int DQK_, int DV_, bool V_IS_K_, int WARPS_M_, int WARPS_N_, int N_, int STAGES_,
           int MIN_BLOCKS_ = 1>
 struct TileShape {
+  static constexpr bool kWgmma = false;
   static constexpr int kRowsPerWarp = 16;
   static constexpr int kMinBlocks = MIN_BLOCKS_;
   static constexpr int kDqk = DQK_;
@@ -64,6 +65,7 @@ struct TileShape {
 // ncu showed to be the limit (short-scoreboard stalls on shared memory).
 template <int DQK_, int DV_, int WARPS_M_, int WARPS_D_, int N_, int STAGES_>
 struct TileShapeR32 {
+  static constexpr bool kWgmma = false;
   static constexpr int kRowsPerWarp = 32;
   static constexpr int kMinBlocks = 1;
   static constexpr int kDqk = DQK_;
@@ -94,6 +96,42 @@ struct TileShapeR32 {
   static_assert(DV_ % (16 * WARPS_D_) == 0, "value columns per warp: whole n16 blocks");
 };
 
+// sm_90a only: MLA (576/512) on warpgroup MMA (kernels/sm90/mla_wgmma_kernel.cuh).
+// One producer warpgroup gathers 64-row K tiles (cp.async, any page size) into
+// two stages; two consumer warpgroups share 64 folded query rows, each
+// computing the scores of alternate KV tiles and half of the 512 output
+// columns. Shared memory, in 8 KB swizzled blocks of 64 rows x 64 columns
+// (kernels/sm90/swizzle.cuh): Q (9 blocks), K [2 stages][9 blocks] (the
+// consumers write P over a tile's block 8 once its scores are done), row max /
+// row sum [2][2][64] fp32, and 1 KB to align the dynamic base to the
+// 1024-byte swizzle atom.
+template <bool PIPELINED_S>
+struct TileShapeWgmmaMla {
+  static constexpr bool kWgmma = true;
+  // Scores: start each 64-column block's wgmmas as it lands (true), or wait
+  // for the whole tile and issue one group (false).
+  static constexpr bool kPipelinedS = PIPELINED_S;
+  static constexpr int kRowsPerWarp = 16;
+  static constexpr int kMinBlocks = 1;
+  static constexpr int kDqk = 576;
+  static constexpr int kDv = 512;
+  static constexpr bool kVIsK = true;
+  static constexpr int kWarpsM = 4;
+  static constexpr int kWarpsN = 2;
+  static constexpr int kWarps = 12;
+  static constexpr int kThreads = 384;
+  static constexpr int kM = 64;
+  static constexpr int kN = 64;
+  static constexpr int kStages = 2;
+  static constexpr int kBlockBytes = 64 * 128;
+  static constexpr int kKBlocks = 9;
+  static constexpr int kQBytes = kKBlocks * kBlockBytes;      // 73,728
+  static constexpr int kKTileBytes = kKBlocks * kBlockBytes;  // 73,728
+  static constexpr int kKBytes = kStages * kKTileBytes;       // 147,456
+  static constexpr int kRedBytes = 2 * 2 * 64 * 4;            // 1,024
+  static constexpr int kSmemBytes = kQBytes + kKBytes + kRedBytes + 1024;  // 223,232
+};
+
 enum ConfigId : int {
   kCfgMlaM64N32S2 = 0,  // sm_90: 16 warps (4 x 4), 2-stage cp.async pipeline
   kCfgMlaM32N32S2,      // sm_90, few rows per request
@@ -105,6 +143,8 @@ enum ConfigId : int {
   kCfgMlaM64N32W8S2,    // sm_90: 8 warps (4 x 2): half the Q fragment reloads per score
   kCfgMlaR32M64N32S2,   // EXPERIMENTAL sm_90: 32 rows/warp, d-split (see TileShapeR32)
   kCfgMlaR32M32N32S1,   // EXPERIMENTAL sm_120 (98816 B)
+  kCfgMlaWgmmaM64N64,   // sm_90a: wgmma, producer + 2 consumer warpgroups (TileShapeWgmmaMla)
+  kCfgMlaWgmmaM64N64P,  // the same, scores pipelined block by block
   kNumConfigs
 };
 
@@ -123,11 +163,15 @@ template <> struct ConfigShape<kCfgGqa256M64N32S1> { using type = TileShape<256,
 template <> struct ConfigShape<kCfgMlaM64N32W8S2> { using type = TileShape<576, 512, true, 4, 2, 32, 2>; };
 template <> struct ConfigShape<kCfgMlaR32M64N32S2> { using type = TileShapeR32<576, 512, 2, 4, 32, 2>; };
 template <> struct ConfigShape<kCfgMlaR32M32N32S1> { using type = TileShapeR32<576, 512, 1, 4, 32, 1>; };
+template <> struct ConfigShape<kCfgMlaWgmmaM64N64> { using type = TileShapeWgmmaMla<false>; };
+template <> struct ConfigShape<kCfgMlaWgmmaM64N64P> { using type = TileShapeWgmmaMla<true>; };
 
 struct ConfigDesc {
   const char* tag;  // e.g. "mla_m32n32_s1"
   int m, n, warps, stages, smem_bytes;
   int min_blocks;  // CTAs per SM the kernel is compiled to fit (TileShape::kMinBlocks)
+  int only_arch;   // 0: any built arch; else the one sm_XY (XY) it runs on (wgmma: 90)
+  bool wgmma;      // the sm_90a warpgroup-MMA path (plan name "wgmma_..." instead of "mma_sync_...")
 };
 const ConfigDesc& config_desc(ConfigId id);
 

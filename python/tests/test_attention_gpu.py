@@ -386,13 +386,49 @@ def run_case(c, seed, device="cuda"):
     return max(err, worst_req)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[case_id(c) for c in CASES])
-def test_kernel_matches_reference(case):
+# MLA runs on two kernel paths on sm_90: the wgmma path the plan picks there
+# (kernels/sm90/mla_wgmma_kernel.cuh) and the portable mma.sync path (the one
+# sm_120 runs), forced through the plan's tuning knob. Every MLA case runs on
+# both; test_mla_path_pinned checks which one ran.
+MMA_SYNC_MLA = "mla_m64n32_w8_s2"
+CASE_PATHS = [(c, "auto") for c in CASES] + [(c, "mma_sync") for c in CASES if MODELS[c["model"]][0]]
+
+
+def expected_path(mla, forced_mma_sync=False):
+    sm90 = torch.cuda.get_device_capability() == (9, 0)
+    return "wgmma_" if (mla and sm90 and not forced_mma_sync) else "mma_sync_"
+
+
+@pytest.mark.parametrize("case,path", CASE_PATHS, ids=[f"{case_id(c)}-{p}" for c, p in CASE_PATHS])
+def test_kernel_matches_reference(case, path, monkeypatch):
+    if path == "mma_sync":
+        monkeypatch.setenv("VERIFY_ATTN_FORCE_CONFIG", MMA_SYNC_MLA)
     seed = new_seed()
     err = run_case(case, seed)
-    layout = case["layout"]
-    if err >= WORST.get(layout, (-1.0, ""))[0]:
-        WORST[layout] = (err, f"{case_id(case)} seed={seed}")
+    key = case["layout"] + ("" if path == "auto" else " (mla on mma.sync)")
+    if MODELS[case["model"]][0] and path == "auto":
+        key += f" (mla on {expected_path(True).rstrip('_')})"
+    if err >= WORST.get(key, (-1.0, ""))[0]:
+        WORST[key] = (err, f"{case_id(case)} seed={seed}")
+
+
+@pytest.mark.parametrize("forced", [False, True])
+@pytest.mark.parametrize("layout", ["flat", "paged1", "paged16"])
+def test_mla_path_pinned(forced, layout, monkeypatch):
+    """Which MLA kernel runs: wgmma on sm_90 unless forced, mma.sync elsewhere; both correct."""
+    if forced:
+        monkeypatch.setenv("VERIFY_ATTN_FORCE_CONFIG", MMA_SYNC_MLA)
+    c = _small_case(layout=layout, q_len=70, prefix=1000, batch=2)
+    seed = new_seed()
+    a = build_problem(c, seed, "cuda")
+    info = va.plan_info(a["q"], a["k"], a["v"], a["qo_indptr"], a["kv_indptr"], a.get("kv_indices"),
+                        a.get("kv_len"), page_size=a.get("page_size"), tree_mask=a["tree_mask"],
+                        causal=a["causal"], max_q_len=a["max_q_len"], max_kv_len=a["max_kv_len"],
+                        return_lse=True)
+    print(f"[path {layout} forced={forced}] {info['name']} splits={info['num_splits']}")
+    assert info["name"].startswith(expected_path(True, forced)), info
+    err = run_case(c, seed)
+    assert err < 1e-2
 
 
 # ---------------------------------------------------------------------------

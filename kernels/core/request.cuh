@@ -1,0 +1,92 @@
+// The request prologue every attention kernel runs first: which query rows and
+// which KV tiles this CTA (request, KV head, row tile, split) owns, read from
+// device index arrays that are never trusted. Errors go to the error word
+// (kernels/core/errors.cuh); the caller exits (kSkip) or writes NaN rows
+// (kNanRows: kv_len < q_len leaves no defined prefix).
+#ifndef VERIFY_ATTN_CORE_REQUEST_CUH_
+#define VERIFY_ATTN_CORE_REQUEST_CUH_
+
+#include "kernels/core/errors.cuh"
+#include "kernels/core/types.cuh"
+#include "kernels/launch.h"
+#include "kernels/plan.h"
+
+namespace verify_attn {
+
+struct RequestTile {
+  int q_start;     // first token of the request in q / out
+  int q_len;       // its draft tokens
+  int R;           // folded rows (q_len * group)
+  int row0;        // first folded row of this CTA
+  int kv_len;      // KV rows (prefix + q_len)
+  int prefix;      // kv_len - q_len
+  int tile_begin;  // this split's KV tiles [tile_begin, tile_end) of N rows
+  int tile_end;
+};
+
+enum RequestStatus { kRequestRun = 0, kRequestSkip = 1, kRequestNanRows = 2 };
+
+// M folded rows per CTA, N KV rows per tile. The grid is
+// (request * Hkv + kv head, row tile, split).
+template <class Loader>
+__device__ __forceinline__ int request_tile(const KernelParams& p, const Loader& loader, int M,
+                                            int N, RequestTile* t) {
+  const int req = blockIdx.x / p.num_kv_heads;
+  const int hk = blockIdx.x % p.num_kv_heads;
+  const int split = blockIdx.z;
+  const bool first_cta = hk == 0 && blockIdx.y == 0 && split == 0 && threadIdx.x == 0;
+  const int q_start = __ldg(p.qo_indptr + req);
+  const int q_end = __ldg(p.qo_indptr + req + 1);
+  if (q_start < 0 || q_end < q_start || q_end > p.total_q) {
+    if (first_cta) report_error(p.error_word, kErrQoIndptr, req, q_end, -1);
+    return kRequestSkip;
+  }
+  t->q_start = q_start;
+  t->q_len = q_end - q_start;
+  t->R = t->q_len * p.group;
+  if (first_cta && t->R > static_cast<int>(gridDim.y) * M)  // q_len > max_q_len: rows unwritten
+    report_error(p.error_word, kErrQoIndptr, req, t->q_len, -1);
+  t->row0 = blockIdx.y * M;
+  if (t->row0 >= t->R) return kRequestSkip;
+  t->kv_len = loader.kv_len();
+  t->prefix = t->kv_len - t->q_len;
+  if (t->prefix < 0) {
+    if (first_cta) report_error(p.error_word, kErrKvShort, req, t->kv_len, -1);
+    return kRequestNanRows;
+  }
+  // CAUSAL: no row of the tile sees draft columns past its last token.
+  const int num_tiles =
+      row_tile_kv_tiles(t->row0, M, t->R, p.group, t->kv_len, t->prefix, p.causal != 0, N);
+  split_tile_range(split, p.num_splits, num_tiles, &t->tile_begin, &t->tile_end);
+  return kRequestRun;
+}
+
+// A request whose kv_len < q_len has no defined prefix, or a CTA that met a bad
+// KV index: its rows become NaN (and lse NaN, so a split-K merge turns the
+// whole row NaN). Threads tid = 0 .. nthreads - 1 share the work (by default
+// every thread of the CTA).
+template <class Shape, typename DT>
+__device__ void write_nan_rows(const KernelParams& p, int q_start, int R, int row0, int hk,
+                               int split, int tid = threadIdx.x, int nthreads = Shape::kThreads) {
+  constexpr int M = Shape::kM, DV = Shape::kDv;
+  const int G = p.group;
+  for (int idx = tid; idx < M * DV; idx += nthreads) {
+    const int r = idx / DV, c = idx % DV;
+    const int gr = row0 + r;
+    if (gr >= R) continue;
+    const int64_t token = q_start + gr / G;
+    const int h = hk * G + gr % G;
+    if (p.num_splits > 1) {
+      if (c == 0) p.ws_lse[workspace_row(split, p.ws_rows, token, p.num_qo_heads, h)] = NAN;
+    } else {
+      DT* o = static_cast<DT*>(p.out) + token * p.out_stride_token + h * p.out_stride_head;
+      o[c] = DTypeTraits<DT>::from_float(NAN);
+      if (c == 0 && p.lse != nullptr)
+        p.lse[token * p.lse_stride_token + h * p.lse_stride_head] = NAN;
+    }
+  }
+}
+
+}  // namespace verify_attn
+
+#endif  // VERIFY_ATTN_CORE_REQUEST_CUH_

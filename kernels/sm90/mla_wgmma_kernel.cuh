@@ -1,0 +1,442 @@
+// MLA tree verify on sm_90a: warpgroup MMA (wgmma) with a producer warpgroup.
+//
+// One CTA = 64 folded query rows (token, head) of one request x the KV tiles
+// of its split, 64 KV rows per tile, 384 threads in three warpgroups:
+//
+//   WG 0 (producer, 40 registers): gathers each K tile (64 rows x 576, the
+//       value is the first 512 columns of the same rows) into one of two
+//       shared-memory stages with cp.async (16 bytes per copy, any page size,
+//       scattered slots; warps 0-1 fill stage 0, warps 2-3 stage 1, one tile
+//       row per thread), 64-column block by block; after each block it waits
+//       for its own copies, fences them into the async proxy and arrives on
+//       that block's mbarrier, so the consumers start on block 0 while the
+//       rest is in flight.
+//   WG 1, WG 2 (consumers w = 0, 1; 232 registers): KV tiles go in pairs
+//       (tile 2i in stage 0, tile 2i + 1 in stage 1). Consumer w computes the
+//       64 x 64 scores of the pair's tile w, S = Q K^T (36 wgmma m64n64k16,
+//       both operands in shared memory), masks
+//       the draft columns from the compact tree bits (kernels/core/mask.cuh),
+//       and the two exchange their row maxima (shared memory, named barrier)
+//       so both use one running max. Each writes its P (bf16/fp16) over the
+//       no longer needed columns 512..575 of its own tile, and each
+//       accumulates its half of the output, O[:, 256 w .. 256 w + 256) +=
+//       P_even V_even + P_odd V_odd (wgmma m64n256k16, V read transposed from
+//       the K tile). A stage is handed back to the producer as soon as both
+//       consumers' MMAs on it have completed.
+//
+// Same semantics and outputs as attention_kernel (kernels/attention_kernel.cuh):
+// same request prologue, mask, online softmax (base 2, FlashAttention-2), the
+// same split-K ranges and workspace rows merged by merge_kernel, NaN rows for
+// kv_len < q_len or a bad KV index. The schedule of the two consumers follows
+// the idea of FlashMLA's sm_90 kernel (two warpgroups splitting the 512 output
+// columns and alternating KV tiles); the code is our own.
+#ifndef VERIFY_ATTN_SM90_MLA_WGMMA_KERNEL_CUH_
+#define VERIFY_ATTN_SM90_MLA_WGMMA_KERNEL_CUH_
+
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/core/mask.cuh"
+#include "kernels/core/mma.cuh"
+#include "kernels/core/request.cuh"
+#include "kernels/core/softmax.cuh"
+#include "kernels/core/types.cuh"
+#include "kernels/launch.h"
+#include "kernels/plan.h"
+#include "kernels/sm90/swizzle.cuh"
+#include "kernels/sm90/sync.cuh"
+#include "kernels/sm90/wgmma.cuh"
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define VA_SM90A_BODY 1
+#else
+#define VA_SM90A_BODY 0
+#endif
+
+namespace verify_attn {
+namespace sm90 {
+
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;
+constexpr int kBarPairMax = 1;  // named barrier ids (0 is __syncthreads)
+constexpr int kBarPairP = 2;
+constexpr int kBarConsumers = 3;
+
+// Producer: wait for the copies of blocks <= c (N = groups still allowed in
+// flight), publish block c.
+template <int N>
+__device__ __forceinline__ void publish_block(uint64_t* bar) {
+  cp_async_wait<N>();
+  fence_proxy_async();
+  mbar_arrive(bar);
+}
+
+}  // namespace sm90
+
+template <class Shape, typename DT, class Loader>
+__global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const KernelParams p) {
+#if VA_SM90A_BODY
+  using namespace sm90;
+  constexpr int M = Shape::kM, N = Shape::kN, DQK = Shape::kDqk, DV = Shape::kDv;
+  constexpr int KB = Shape::kKBlocks;        // 9 column blocks of a K tile
+  constexpr int kPBlock = 8;                 // the block P is written over (see below)
+  static_assert(M == 64 && N == 64 && DQK == 576 && DV == 512 && KB == 9, "shape");
+  static_assert(Shape::kThreads == 384, "one producer and two consumer warpgroups");
+
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+  unsigned char* sQ = smem;
+  unsigned char* sK = smem + Shape::kQBytes;  // [2][9 blocks]
+  float* sMax = reinterpret_cast<float*>(sK + Shape::kKBytes);  // [2][64]
+  float* sSum = sMax + 2 * M;                                                    // [2][64]
+  __shared__ __align__(8) uint64_t full_bar[2][KB];
+  __shared__ __align__(8) uint64_t empty_bar[2];
+  __shared__ int s_bad_kv;
+  __shared__ RequestTile s_rt;  // re-read by the consumers after the role split
+
+  const int tid = threadIdx.x;
+  const int wg = tid / 128, wtid = tid % 128;
+  const int hk = blockIdx.x % p.num_kv_heads;
+  const int split = blockIdx.z;
+  const Loader loader(p, blockIdx.x / p.num_kv_heads, hk);
+  RequestTile rt;
+  const int st = request_tile(p, loader, M, N, &rt);
+  if (st == kRequestSkip) return;
+  if (st == kRequestNanRows) {
+    write_nan_rows<Shape, DT>(p, rt.q_start, rt.R, rt.row0, hk, split);
+    return;
+  }
+  const int G = p.group;
+  const int n_tiles = rt.tile_end - rt.tile_begin;
+
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+#pragma unroll
+      for (int c = 0; c < KB; ++c) mbar_init(&full_bar[s][c], 64);  // the stage's producer half
+      mbar_init(&empty_bar[s], 8);  // lane 0 of the 8 consumer warps
+    }
+    s_bad_kv = 0;
+    s_rt = rt;
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  const DT* gk = static_cast<const DT*>(p.k);
+  const DT* gq = static_cast<const DT*>(p.q);
+
+  if (wg == 0) {
+    // ------------------------------------------------------------ producer
+    regs_dealloc<kProducerRegs>();
+    // Two halves, one per stage: warps 0-1 load the even tiles (stage 0),
+    // warps 2-3 the odd ones (stage 1), so a freed stage refills at once
+    // instead of after the other stage's copies. Coalesced: 8 consecutive
+    // lanes copy the 8 chunks (128 bytes) of one row of a block, so every
+    // 32-byte sector is read once; thread (c = t % 8, g = t / 8) copies chunk c
+    // of rows g, g + 8, ..., g + 56, whose swizzled position is c ^ g for all
+    // of them (row % 8 == g).
+    const int half = wtid >> 6;
+    const int c = wtid & 7;
+    const int rg = (wtid & 63) >> 3;
+    const int n_loads = (n_tiles + 1) & ~1;  // whole pairs: a phantom tile is zero-filled
+    unsigned char* dst0 = sK + half * Shape::kKTileBytes + rg * 128 + ((c ^ rg) << 4);
+    for (int i = half; i < n_loads; i += 2) {
+      const int use = i >> 1;
+      // Rows g + 8 k in two passes of four (k = 4 hh .. 4 hh + 3) to stay
+      // within the producer's 40 registers: each pass looks up its four row
+      // addresses (independent page lookups, one round trip; the first pass
+      // before waiting for the stage to be free), then copies them block by
+      // block, one commit group per (pass, block). Block b is complete once
+      // group (1, b) is: 8 - b groups were committed after it.
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const DT* src[4];
+        uint32_t ok_bits = 0;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int j = (rt.tile_begin + i) * N + rg + 8 * (4 * hh + k);
+          int64_t k_off = 0, v_off = 0;
+          bool ok = false;
+          if (i < n_tiles && j < rt.kv_len) {
+            ok = loader.row(j, &k_off, &v_off);
+            if (!ok) s_bad_kv = 1;  // zero-filled; the CTA's rows become NaN
+          }
+          ok_bits |= static_cast<uint32_t>(ok) << k;
+          src[k] = gk + (ok ? k_off : 0) + c * kChunkElems;
+        }
+        if (hh == 0 && use >= 1) mbar_wait(&empty_bar[half], (use - 1) & 1);
+#pragma unroll
+        for (int b = 0; b < KB; ++b) {
+#pragma unroll
+          for (int k = 0; k < 4; ++k)
+            cp_async_16(dst0 + b * kBlockBytes + (4 * hh + k) * 8 * 128, src[k] + b * kBlockCols,
+                        (ok_bits >> k) & 1u);
+          cp_async_commit();
+        }
+      }
+      // The next tile's page-table entries into L1 while these copies fly.
+      if (c == 0 && i + 2 < n_tiles) {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const int j = (rt.tile_begin + i + 2) * N + rg + 8 * k;
+          if (j < rt.kv_len) loader.prefetch_row(j);
+        }
+      }
+      uint64_t* bars = full_bar[half];
+      publish_block<8>(&bars[0]);
+      publish_block<7>(&bars[1]);
+      publish_block<6>(&bars[2]);
+      publish_block<5>(&bars[3]);
+      publish_block<4>(&bars[4]);
+      publish_block<3>(&bars[5]);
+      publish_block<2>(&bars[6]);
+      publish_block<1>(&bars[7]);
+      publish_block<0>(&bars[8]);
+    }
+  } else {
+    // ------------------------------------------------------------ consumers
+    regs_alloc<kConsumerRegs>();
+    // From shared memory, not from the registers of the prologue: a value
+    // live across setmaxnreg costs a local-memory spill (ptxas).
+    const RequestTile rc = s_rt;
+    const int w = wg - 1;
+    const int ct = tid - 128;  // 0..255 over both consumers
+    const int warp = wtid >> 5, lane = wtid & 31;
+    const int g = lane >> 2, t4 = lane & 3;
+
+    // Q -> shared memory (swizzled, 9 blocks); rows past the request are zero.
+    {
+      const int r = ct >> 2;
+      const int gr = rc.row0 + r;
+      const bool ok = gr < rc.R;
+      const DT* src = gq;
+      if (ok) {
+        const int64_t token = rc.q_start + gr / G;
+        src = gq + token * p.q_stride_token +
+              static_cast<int64_t>(hk * G + gr % G) * p.q_stride_head;
+      }
+#pragma unroll
+      for (int q = 0; q < 18; ++q) {
+        const int chunk = (ct & 3) * 18 + q;  // 0..71
+        cp_async_16(sQ + swizzled_chunk_offset(r, chunk), src + chunk * kChunkElems, ok);
+      }
+      cp_async_commit();
+    }
+    cp_async_wait<0>();
+    fence_proxy_async();
+    named_barrier_sync(kBarConsumers, 256);  // all of Q in shared memory
+
+    const RequestMask rmask{rc.kv_len, rc.prefix, p.mask_words, p.causal != 0};
+    const int my_row[2] = {warp * 16 + g, warp * 16 + g + 8};
+
+    OnlineSoftmaxRow sm[2];
+    sm[0].init();
+    sm[1].init();
+    float o[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.f;
+
+    const uint32_t q_addr = smem_addr(sQ);
+    const uint32_t k_addr0 = smem_addr(sK), k_addr1 = k_addr0 + Shape::kKTileBytes;
+    const int n_pairs = (n_tiles + 1) >> 1;
+
+    for (int pair = 0; pair < n_pairs; ++pair) {
+      const uint32_t parity = pair & 1;
+      // An odd tile count leaves the last pair's odd tile a phantom: the
+      // producer zero-fills it and its scores are masked (P = 0), so every
+      // wgmma below is issued unconditionally (no divergent warpgroup MMA).
+      const bool has_own = 2 * pair + w < n_tiles;
+
+      // ---- S = Q K^T of this consumer's tile ----
+      float s[32];
+      const uint32_t kt = w == 0 ? k_addr0 : k_addr1;
+      if constexpr (Shape::kPipelinedS) {
+        // Block by block as they land: one wgmma group per block, each opened
+        // by an explicit fence after its wait (else ptxas inserts one in the
+        // wait loop and serializes every wgmma, C7520).
+#pragma unroll
+        for (int b = 0; b < KB; ++b) {
+          mbar_wait(&full_bar[w][b], parity);
+          fence_regs(s);
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk)
+            mma_m64n64k16_ss<DT>(s, desc_kmajor(q_addr + b * kBlockBytes, kk),
+                                 desc_kmajor(kt + b * kBlockBytes, kk), (b | kk) != 0);
+          wgmma_commit();
+        }
+      } else {
+        // The whole tile first, then one group of 36 wgmmas.
+#pragma unroll 1
+        for (int b = 0; b < KB; ++b) mbar_wait(&full_bar[w][b], parity);
+        fence_regs(s);
+        wgmma_fence();
+#pragma unroll
+        for (int b = 0; b < KB; ++b) {
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk)
+            mma_m64n64k16_ss<DT>(s, desc_kmajor(q_addr + b * kBlockBytes, kk),
+                                 desc_kmajor(kt + b * kBlockBytes, kk), (b | kk) != 0);
+        }
+        wgmma_commit();
+      }
+      wgmma_wait<0>();
+      fence_regs(s);
+
+      float mx[2] = {-INFINITY, -INFINITY};
+      const int j0 = (rc.tile_begin + 2 * pair + w) * N;
+      if (!has_own || rmask.tile_needs_mask(j0, N)) {
+        RowMask rows[2];  // draft / boundary tiles only
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int gr = rc.row0 + my_row[h];
+          rows[h].valid = gr < rc.R;
+          rows[h].t = rows[h].valid ? gr / G : 0;
+          rows[h].words = (!p.causal && rows[h].valid)
+                              ? p.tree_mask + static_cast<int64_t>(rc.q_start + rows[h].t) * p.mask_words
+                              : nullptr;
+        }
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int col = j0 + i * 8 + 2 * t4 + (e & 1);
+            float x = s[i * 4 + e] * p.scale_log2;
+            if (!has_own || !rmask.visible(rows[e >> 1], col)) x = -INFINITY;
+            s[i * 4 + e] = x;
+            mx[e >> 1] = fmaxf(mx[e >> 1], x);
+          }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          s[i] *= p.scale_log2;
+          mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+        }
+      }
+      mx[0] = quad_max(mx[0]);
+      mx[1] = quad_max(mx[1]);
+
+      // ---- one running max for both consumers ----
+      if (t4 == 0) {
+        sMax[w * M + my_row[0]] = mx[0];
+        sMax[w * M + my_row[1]] = mx[1];
+      }
+      named_barrier_sync(kBarPairMax, 256);
+      float base[2], alpha[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float tile_max = fmaxf(mx[h], sMax[(1 - w) * M + my_row[h]]);
+        alpha[h] = sm[h].update(tile_max, &base[h]);
+      }
+
+      // ---- P of this consumer's tile -> shared memory, as a K-major
+      // swizzled A operand (64 rows x 64 KV columns), written over block 8
+      // (K columns 512..575) of its own tile: the scores were its last use,
+      // the value reads only blocks 0..7, and the producer refills the stage
+      // only after both consumers' P V on it ----
+      unsigned char* my_p = sK + w * Shape::kKTileBytes + kPBlock * kBlockBytes;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {  // n8 block i: columns 8 i + 2 t4, + 1
+        const float p0 = fast_exp2(s[i * 4 + 0] - base[0]);
+        const float p1 = fast_exp2(s[i * 4 + 1] - base[0]);
+        const float p2 = fast_exp2(s[i * 4 + 2] - base[1]);
+        const float p3 = fast_exp2(s[i * 4 + 3] - base[1]);
+        sm[0].l += p0 + p1;
+        sm[1].l += p2 + p3;
+        *reinterpret_cast<uint32_t*>(my_p + swizzled_chunk_offset(my_row[0], i) + 4 * t4) =
+            DTypeTraits<DT>::pack(p0, p1);
+        *reinterpret_cast<uint32_t*>(my_p + swizzled_chunk_offset(my_row[1], i) + 4 * t4) =
+            DTypeTraits<DT>::pack(p2, p3);
+      }
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        o[i * 4 + 0] *= alpha[0];
+        o[i * 4 + 1] *= alpha[0];
+        o[i * 4 + 2] *= alpha[1];
+        o[i * 4 + 3] *= alpha[1];
+      }
+      fence_proxy_async();  // P stores -> the wgmma reads of both consumers
+      named_barrier_sync(kBarPairP, 256);
+      // The other consumer waited for its tile; wait here as well so this
+      // thread's own acquire orders the producer's copies before its wgmma.
+      mbar_wait(&full_bar[1 - w][kPBlock - 1], parity);
+
+      // ---- O[:, 256 w ..] += P_even V_even + P_odd V_odd ----
+      const uint32_t v_off = w * 4 * kBlockBytes;  // value columns 256 w .. 256 w + 255
+      fence_regs(o);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        mma_m64n256k16_ss_tb<DT>(o, desc_kmajor(k_addr0 + kPBlock * kBlockBytes, kk),
+                                 desc_mnmajor(k_addr0 + v_off, kk));
+      wgmma_commit();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        mma_m64n256k16_ss_tb<DT>(o, desc_kmajor(k_addr1 + kPBlock * kBlockBytes, kk),
+                                 desc_mnmajor(k_addr1 + v_off, kk));
+      wgmma_commit();
+      wgmma_wait<1>();
+      if (lane == 0) mbar_arrive(&empty_bar[0]);
+      wgmma_wait<0>();
+      fence_regs(o);
+      if (lane == 0) mbar_arrive(&empty_bar[1]);
+    }
+
+    // ---- row sums over both consumers' columns ----
+    float lsum[2] = {quad_sum(sm[0].l), quad_sum(sm[1].l)};
+    if (t4 == 0) {
+      sSum[w * M + my_row[0]] = lsum[0];
+      sSum[w * M + my_row[1]] = lsum[1];
+    }
+    named_barrier_sync(kBarConsumers, 256);
+    lsum[0] = sSum[my_row[0]] + sSum[M + my_row[0]];
+    lsum[1] = sSum[my_row[1]] + sSum[M + my_row[1]];
+
+    // No CTA-wide barrier with the producer (the warpgroups leave their roles
+    // at different points): s_bad_kv is final here, as the producer sets it
+    // before publishing a tile and this thread acquired every tile's barrier
+    // (its own tiles' blocks, the other consumer's block 7).
+    if (s_bad_kv) {
+      write_nan_rows<Shape, DT>(p, rc.q_start, rc.R, rc.row0, hk, split, ct, 256);
+      return;
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int gr = rc.row0 + my_row[h];
+      if (gr >= rc.R) continue;
+      const int64_t token = rc.q_start + gr / G;
+      const int head = hk * G + gr % G;
+      const float inv = lsum[h] > 0.f ? 1.f / lsum[h] : 0.f;
+      const float lse = OnlineSoftmaxRow::lse(sm[h].m, lsum[h]);
+      if (p.num_splits == 1) {
+        DT* orow = static_cast<DT*>(p.out) + token * p.out_stride_token +
+                   head * p.out_stride_head + w * 256 + 2 * t4;
+#pragma unroll
+        for (int i = 0; i < 32; ++i)
+          *reinterpret_cast<uint32_t*>(orow + i * 8) =
+              DTypeTraits<DT>::pack(o[i * 4 + 2 * h] * inv, o[i * 4 + 2 * h + 1] * inv);
+        if (p.lse != nullptr && w == 0 && t4 == 0)
+          p.lse[token * p.lse_stride_token + head * p.lse_stride_head] = lse;
+      } else {
+        const int64_t wrow = workspace_row(split, p.ws_rows, token, p.num_qo_heads, head);
+        float* orow = p.ws_o + wrow * DV + w * 256 + 2 * t4;
+#pragma unroll
+        for (int i = 0; i < 32; ++i)
+          *reinterpret_cast<float2*>(orow + i * 8) =
+              make_float2(o[i * 4 + 2 * h] * inv, o[i * 4 + 2 * h + 1] * inv);
+        if (w == 0 && t4 == 0) p.ws_lse[wrow] = lse;
+      }
+    }
+    return;
+  }
+  // producer: every copy of this thread landed (publish_block<0>); leave.
+#else
+  // Built for another architecture: the plan never selects this kernel there.
+  __trap();
+#endif
+}
+
+}  // namespace verify_attn
+
+#endif  // VERIFY_ATTN_SM90_MLA_WGMMA_KERNEL_CUH_
