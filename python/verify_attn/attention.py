@@ -830,7 +830,11 @@ def plan_info(
       dict with the extension's ``query_config`` fields (``name``, ``tile_m``,
       ``tile_n``, ``num_warps``, ``num_stages``, ``num_splits``, ``smem_bytes``,
       ``sm_arch``) plus ``workspace_bytes``, ``max_q_len``, ``max_kv_len``,
-      ``kv_layout`` ("flat"/"paged"), ``v_is_k_prefix``.
+      ``kv_layout`` ("flat"/"paged"), ``v_is_k_prefix``. ``name`` is
+      ``<path>_<dtype>_<config>``: path ``wgmma`` (the sm_90a MLA kernel,
+      kernels/sm90/mla_wgmma_kernel.cuh, chosen for MLA on sm_90) or ``mma_sync``
+      (the portable kernel, every other case), e.g.
+      ``wgmma_bf16_mla_wgmma_m64n64_pipe`` or ``mma_sync_fp16_gqa_d128_m64n64_s2``.
     """
     paged = kv_indices is not None
     ps, d_vo, scale, mq, mkv = _prepare(
