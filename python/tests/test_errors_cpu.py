@@ -80,6 +80,12 @@ def test_exports():
     assert verify_attn.KernelInputError is errors.KernelInputError
 
 
+@pytest.mark.parametrize("bad", ["cpu", torch.device("cpu"), "meta", "not-a-device"])
+def test_check_errors_rejects_a_non_cuda_device(bad):
+    with pytest.raises(ValueError, match="^device: expected a CUDA device"):
+        verify_attn.check_errors(bad)
+
+
 def test_check_errors_before_any_launch_is_a_no_op():
     errors._reset_for_tests()
     assert verify_attn.check_errors() is None

@@ -218,3 +218,15 @@ def test_reference_errors():
     with pytest.raises(ValueError, match="page_size:"):
         gather_paged_kv(kc, torch.tensor([0, 1], dtype=torch.int32), torch.tensor([0], dtype=torch.int32),
                         torch.tensor([2], dtype=torch.int32), page_size=4)
+
+
+def test_paged_reference_names_kv_len_when_shorter_than_q_len():
+    # request 1: kv_len 2 < q_len 3; the paged API's argument is kv_len, not kv_indptr
+    q = torch.randn(5, 2, 8, dtype=torch.float64)
+    k = torch.randn(4, 2, 1, 8, dtype=torch.float64)  # 4 pages of 2 slots
+    qo = torch.tensor([0, 2, 5], dtype=torch.int32)
+    kv_indptr = torch.tensor([0, 2, 4], dtype=torch.int32)
+    kv_indices = torch.tensor([0, 1, 2, 3], dtype=torch.int32)
+    kv_len = torch.tensor([4, 2], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"^kv_len: request 1 has kv_len 2 < q_len 3"):
+        reference_attention_paged(q, k, k, qo, kv_indptr, kv_indices, kv_len, causal=True)

@@ -291,8 +291,18 @@ def check_errors(device=None) -> None:
 
     Raises:
       KernelInputError (a ValueError): something was flagged.
+      ValueError: ``device`` is not a CUDA device (checked even before any launch).
       RuntimeError: called while the current stream is capturing a CUDA graph.
     """
+    if device is not None and not isinstance(device, int):
+        import torch
+
+        try:
+            d = torch.device(device)
+        except (RuntimeError, TypeError) as e:
+            raise ValueError("device: expected a CUDA device, got %r (%s)" % (device, e)) from None
+        if d.type != "cuda":
+            raise ValueError("device: expected a CUDA device, got %s" % d)
     if not ErrorState._states:
         return None  # nothing was ever launched (also: no CUDA at all)
     index = _device_index(device)

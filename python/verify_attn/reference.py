@@ -235,7 +235,18 @@ def reference_attention_paged(
     (``kv_indptr`` indexes ``kv_indices`` in pages; ``kv_len [B]`` is each
     request's KV length including its drafts). Returns ``(out, lse)`` in
     ``compute_dtype``.
+
+    Raises:
+      ValueError: as :func:`gather_paged_kv` and :func:`reference_attention_flat`;
+      ``kv_len_i < q_len_i`` is reported against ``kv_len``.
     """
+    ql = (qo_indptr[1:] - qo_indptr[:-1]).to("cpu", torch.int64)
+    kl = kv_len.to("cpu", torch.int64)
+    if ql.numel() == kl.numel():
+        short = torch.nonzero((ql > 0) & (kl < ql)).flatten()
+        if short.numel():
+            i = int(short[0])
+            raise ValueError(f"kv_len: request {i} has kv_len {int(kl[i])} < q_len {int(ql[i])}")
     kf, flat_indptr = gather_paged_kv(k_cache, kv_indptr, kv_indices, kv_len, page_size=page_size)
     vf = None
     if v_cache is not None:
