@@ -97,6 +97,7 @@ va_status launch_attention(const KernelParams& kp, const Plan& plan, int dtype, 
     case kCfgMlaR32M32N32S1: return launch_config<kCfgMlaR32M32N32S1, Loader>(kp, plan, dtype, stream);
     case kCfgMlaWgmmaM64N64: return launch_config<kCfgMlaWgmmaM64N64, Loader>(kp, plan, dtype, stream);
     case kCfgMlaWgmmaM64N64P: return launch_config<kCfgMlaWgmmaM64N64P, Loader>(kp, plan, dtype, stream);
+    case kCfgMlaWgmmaM64N64PR: return launch_config<kCfgMlaWgmmaM64N64PR, Loader>(kp, plan, dtype, stream);
     default: break;
   }
   return va_fail(VA_ERR_UNSUPPORTED, "config: unknown configuration id %d",

@@ -35,6 +35,7 @@ const ConfigDesc kDescs[kNumConfigs] = {
     make_desc<kCfgMlaR32M32N32S1>("mla_r32_m32n32_s1"),
     make_desc<kCfgMlaWgmmaM64N64>("mla_wgmma_m64n64"),
     make_desc<kCfgMlaWgmmaM64N64P>("mla_wgmma_m64n64_pipe"),
+    make_desc<kCfgMlaWgmmaM64N64PR>("mla_wgmma_m64n64_pipe_rows"),
 };
 
 // Split-K rule: only when the unsplit grid is under one wave; then aim at

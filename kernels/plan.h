@@ -105,9 +105,12 @@ struct TileShapeR32 {
 // consumers write P over a tile's block 8 once its scores are done), row max /
 // row sum [2][2][64] fp32, and 1 KB to align the dynamic base to the
 // 1024-byte swizzle atom.
-template <bool PIPELINED_S>
+template <bool PIPELINED_S, bool STAGED_ROWS = false>
 struct TileShapeWgmmaMla {
   static constexpr bool kWgmma = true;
+  // EXPERIMENTAL producer: row offsets of the next tile resolved one per
+  // thread into shared memory (kRowBytes), see mla_wgmma_kernel.cuh.
+  static constexpr bool kStagedRows = STAGED_ROWS;
   // Scores: start each 64-column block's wgmmas as it lands (true), or wait
   // for the whole tile and issue one group (false).
   static constexpr bool kPipelinedS = PIPELINED_S;
@@ -129,7 +132,8 @@ struct TileShapeWgmmaMla {
   static constexpr int kKTileBytes = kKBlocks * kBlockBytes;  // 73,728
   static constexpr int kKBytes = kStages * kKTileBytes;       // 147,456
   static constexpr int kRedBytes = 2 * 2 * 64 * 4;            // 1,024
-  static constexpr int kSmemBytes = kQBytes + kKBytes + kRedBytes + 1024;  // 223,232
+  static constexpr int kRowBytes = STAGED_ROWS ? 2 * 2 * 64 * 8 : 0;  // 2,048
+  static constexpr int kSmemBytes = kQBytes + kKBytes + kRedBytes + kRowBytes + 1024;  // 223,232 (+2,048)
 };
 
 enum ConfigId : int {
@@ -145,6 +149,7 @@ enum ConfigId : int {
   kCfgMlaR32M32N32S1,   // EXPERIMENTAL sm_120 (98816 B)
   kCfgMlaWgmmaM64N64,   // sm_90a: wgmma, producer + 2 consumer warpgroups (TileShapeWgmmaMla)
   kCfgMlaWgmmaM64N64P,  // the same, scores pipelined block by block
+  kCfgMlaWgmmaM64N64PR, // EXPERIMENTAL: + row offsets staged in shared memory (opt-in only)
   kNumConfigs
 };
 
@@ -165,6 +170,7 @@ template <> struct ConfigShape<kCfgMlaR32M64N32S2> { using type = TileShapeR32<5
 template <> struct ConfigShape<kCfgMlaR32M32N32S1> { using type = TileShapeR32<576, 512, 1, 4, 32, 1>; };
 template <> struct ConfigShape<kCfgMlaWgmmaM64N64> { using type = TileShapeWgmmaMla<false>; };
 template <> struct ConfigShape<kCfgMlaWgmmaM64N64P> { using type = TileShapeWgmmaMla<true>; };
+template <> struct ConfigShape<kCfgMlaWgmmaM64N64PR> { using type = TileShapeWgmmaMla<true, true>; };
 
 struct ConfigDesc {
   const char* tag;  // e.g. "mla_m32n32_s1"
