@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# ncu summary of one bench shape on the GPU machine (after tools/gpu_run.sh
+# device installed the wheel into /tmp/verify_attn_site): speed of light,
+# compute-pipe utilization (the tensor pipe the wgmma path uses), DRAM and L2.
+#
+#   bash tools/ncu_case.sh [profile_case.py flags]    # default: MLA B1 H16 T64 L32k, page 1
+#
+# --clock-control none: the clocks stay as the machine runs them (never changed).
+# Writes $OUT/ncu_case.log (else /tmp) and the tensor metrics this ncu knows
+# ($OUT/ncu_tensor_metrics.txt): their names differ between ncu versions
+# (sm__pipe_tensor_op_gmma_cycles_active was "n/a" in ncu 2025 on the H200).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+LOG="${OUT:-/tmp}"
+PY="${PYTHON:-python3}"
+export PYTHONPATH="/tmp/verify_attn_site${PYTHONPATH:+:$PYTHONPATH}"
+args=("$@")
+((${#args[@]})) || args=(--kind=mla --batch=1 --heads=16 --q_len=64 --prefix=32768 --page_size=1)
+ncu --query-metrics 2>/dev/null | grep -iE "pipe_tensor|tensor_op|gmma" > "$LOG/ncu_tensor_metrics.txt" || true
+cd /tmp
+ncu --clock-control none -k regex:attention_kernel\|mla_wgmma -c 1 \
+    --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+    --metrics "regex:sm__pipe_tensor.*pct_of_peak_sustained_active,regex:sm__inst_executed_pipe_tensor.*sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__throughput.avg.pct_of_peak_sustained_elapsed" \
+    "$PY" "$ROOT/tools/profile_case.py" "${args[@]}" 2>&1 | tee "$LOG/ncu_case.log"
