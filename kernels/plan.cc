@@ -43,6 +43,13 @@ const ConfigDesc kDescs[kNumConfigs] = {
 constexpr int kMinTilesPerSplit = 4;
 constexpr int kMaxAutoSplits = 128;
 
+// The wgmma kernel has a body only in an sm_90a image (a plain sm_90 or
+// compute_90 image gets a stub that traps): never plan it without one.
+bool built_sm90a() {
+  const char* archs = va_compiled_archs();
+  return archs != nullptr && std::strstr(archs, "sm_90a") != nullptr;
+}
+
 }  // namespace
 
 const ConfigDesc& config_desc(ConfigId id) { return kDescs[id]; }
@@ -135,7 +142,7 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
     // configurations below stay the portable path (sm_120) and the fallback.
     // H200, page_size 64: B1 H16 T64 L32k 214 us pipelined vs 229 us whole-tile
     // scores (vs 497 us on mma.sync).
-    if (dev.sm_arch == 90) cands[n++] = kCfgMlaWgmmaM64N64P;
+    if (dev.sm_arch == 90 && built_sm90a()) cands[n++] = kCfgMlaWgmmaM64N64P;
     // H200, B1 H16 T64 L32k: 8 warps 524 us vs 16 warps 627 us (fewer Q
     // fragment reloads per score); B1 H128 T32 L8k 502 vs 598; B32 T16 L4k 502 vs 589.
     if (rows_max > 32) cands[n++] = kCfgMlaM64N32W8S2;
@@ -159,7 +166,8 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
       const bool serves = mla ? std::strncmp(fd.tag, "mla", 3) == 0
                               : (std::strncmp(fd.tag, "gqa", 3) == 0 &&
                                  std::atoi(fd.tag + 5) == p.head_dim_qk);
-      const bool arch_ok = fd.only_arch == 0 || fd.only_arch == dev.sm_arch;
+      const bool arch_ok =
+          fd.only_arch == 0 || (fd.only_arch == dev.sm_arch && (!fd.wgmma || built_sm90a()));
       if (serves && arch_ok && std::strcmp(fd.tag, force) == 0 &&
           fd.smem_bytes <= dev.max_smem_optin)
         chosen = id;

@@ -20,3 +20,7 @@ va_status launch_paged(const KernelParams&, const Plan&, int, void*) { launched(
 va_status launch_merge(const KernelParams&, const Plan&, int, int, void*) { launched("launch_merge"); }
 
 }  // namespace verify_attn
+
+// build_info.cu (nvcc) is not in the fuzz build: the plan asks it whether an
+// sm_90a image exists; answer as the default Bazel build does.
+extern "C" const char* va_compiled_archs(void) { return "sm_90a,sm_120a"; }

@@ -58,6 +58,11 @@ namespace sm90 {
 
 constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
+// The CTA enters with 65536 / 384 -> 168 registers per thread (ptxas rounds
+// down to a multiple of 8; //tools/checks:cubin_archs_test checks it): what the
+// producer gives back must cover what the consumers take, else setmaxnreg.inc
+// waits forever.
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "setmaxnreg budget");
 constexpr int kBarPairMax = 1;  // named barrier ids (0 is __syncthreads)
 constexpr int kBarPairP = 2;
 constexpr int kBarConsumers = 3;
@@ -186,7 +191,6 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const Ker
             cp_async_commit();
           }
         }
-        if (i + 2 < n_loads) stage_rows(i + 2, buf ^ 1);
         uint64_t* bars = full_bar[half];
         publish_block<8>(&bars[0]);
         publish_block<7>(&bars[1]);
@@ -197,6 +201,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const Ker
         publish_block<2>(&bars[6]);
         publish_block<1>(&bars[7]);
         publish_block<0>(&bars[8]);
+        // after publishing: its page-table load must not delay this tile
+        if (i + 2 < n_loads) stage_rows(i + 2, buf ^ 1);
         // the next tile's offsets are in; this tile's table is read
         named_barrier_sync(kBarProducer + half, 64);
       }
@@ -421,6 +427,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const Ker
       named_barrier_sync(kBarPairP, 256);
       // The other consumer waited for its tile; wait here as well so this
       // thread's own acquire orders the producer's copies before its wgmma.
+      // REQUIRED, not redundant with the named barrier: it is also this
+      // thread's acquire of s_bad_kv for the other consumer's tiles (read after
+      // the loop without a CTA-wide barrier).
       mbar_wait(&full_bar[1 - w][kPBlock - 1], parity);
 
       // ---- O[:, 256 w ..] += P_even V_even + P_odd V_odd ----

@@ -38,18 +38,29 @@ def main():
         failed += 1
     # Every kernel: no spills (LOCAL 0) and no stack frame, per arch. Dynamic
     # shared memory per configuration is checked by //kernels/tests:plan_test.
+    # The sm_90a wgmma kernel must enter with exactly 168 registers per thread
+    # (65536 / 384, rounded down to 8): its warpgroups then move 128 x (168 - 40)
+    # registers from the producer to the consumers (setmaxnreg 40 / 232), and
+    # setmaxnreg.inc would wait forever for a pool the CTA never had.
     arch = None
+    func = ""
     kernels = 0
     for line in usage.splitlines():
         m = re.match(r"arch = (sm_\d+a?)", line.strip())
         if m:
             arch = m.group(1)
+        m = re.match(r"Function (\S+):", line.strip())
+        if m:
+            func = m.group(1)
         m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", line)
         if m:
             kernels += 1
             reg, stack, shared, local = map(int, m.groups())
             if stack or local:
                 print("FAIL: %s kernel with STACK %d LOCAL %d (spills): %s" % (arch, stack, local, line))
+                failed += 1
+            if arch == "sm_90a" and "mla_wgmma_kernel" in func and reg != 168:
+                print("FAIL: %s %s enters with %d registers, not 168 (setmaxnreg budget)" % (arch, func, reg))
                 failed += 1
     print("resource report: %d kernel images, spills/stack: %s" % (kernels, "none" if not failed else "SEE ABOVE"))
     print("%d passed, %d failed" % (2 - min(failed, 2), min(failed, 2)))
