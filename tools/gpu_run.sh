@@ -11,7 +11,8 @@
 # Environment (device): SKIP_SGLANG=1, PYTEST_ARGS (extra pytest args), PYTEST_TARGETS
 # (test paths, default python/tests), SKIP_BENCH=1,
 # SKIP_SANITIZER=1, SKIP_SOAK=1 (SOAK_LAUNCHES, default 10000),
-# SKIP_CHECK_COST=1. Logs go to $OUT when set.
+# SKIP_CHECK_COST=1. Logs go to $OUT when set, packed into $OUT/logs.tar.gz at the end
+# (the device tool returns only a few files; bench.json/.png stay unpacked).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STAGE="$ROOT/.gpu_stage"
@@ -114,6 +115,14 @@ device)
     if [[ "${SKIP_BENCH:-0}" != 1 ]]; then
       bash "$ROOT/integration/sglang/run_gpu_bench.sh" || status=1
     fi
+  fi
+  if [[ -n "${OUT:-}" ]]; then
+    # The device tool brings back only a handful of files from $OUT: pack the
+    # logs into one archive (the bench JSON and plot stay beside it).
+    (cd "$OUT" && ls | grep -vE '^(bench\.json|bench\.png|logs\.tar\.gz)$' > /tmp/va_logs.lst || true
+     if [[ -s /tmp/va_logs.lst ]]; then
+       tar czf logs.tar.gz -T /tmp/va_logs.lst && xargs rm -rf < /tmp/va_logs.lst
+     fi) || true
   fi
   exit $status
   ;;
