@@ -5,7 +5,9 @@
 #include <cstdio>
 #include <initializer_list>
 #include <random>
+#include <cstdlib>
 #include <set>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -74,6 +76,37 @@ int main() {
       const long ctas = static_cast<long>(c.b) * c.hkv * plan.row_tiles;
       if (ctas >= dev.num_sms) CHECK(plan.splits == 1, "%s: %ld CTAs but %d splits", plan.name, ctas, plan.splits);
     }
+  }
+  // Kernel path: MLA on sm_90 takes the wgmma configuration (when this build has
+  // an sm_90a image), every other arch and GQA the portable mma.sync one; the
+  // tuning knob cannot force wgmma onto another arch, and can force mma.sync on sm_90.
+  {
+    const va::DeviceInfo sm100{0, 100, 148, 232448};  // B200: no wgmma (sm_90a only)
+    const va_params mla = shape(true, 576, 16, 1, 1, 64, 32768);
+    const va_params gqa = shape(false, 128, 32, 4, 16, 16, 8192);
+    va::Plan plan;
+    auto path = [&](const va_params& p, const va::DeviceInfo& dev) -> std::string {
+      if (va::make_plan(p, dev, &plan) != VA_OK) return "error";
+      return std::string(plan.name);
+    };
+    const bool sm90a = std::string(va_compiled_archs()).find("sm_90a") != std::string::npos;
+    if (sm90a) {
+      CHECK(path(mla, sm90).rfind("wgmma_", 0) == 0, "MLA on sm_90: %s", plan.name);
+      CHECK(va::config_desc(plan.config).wgmma && va::config_desc(plan.config).only_arch == 90,
+            "wgmma config is sm_90 only");
+    } else {  // e.g. --config=sm120: no sm_90a image, so never the wgmma kernel
+      CHECK(path(mla, sm90).rfind("mma_sync_", 0) == 0, "MLA on sm_90 without sm_90a: %s", plan.name);
+    }
+    CHECK(path(mla, sm120).rfind("mma_sync_", 0) == 0, "MLA on sm_120: %s", plan.name);
+    CHECK(path(mla, sm100).rfind("mma_sync_", 0) == 0, "MLA on sm_100: %s", plan.name);
+    CHECK(path(gqa, sm90).rfind("mma_sync_", 0) == 0, "GQA on sm_90: %s", plan.name);
+    setenv("VERIFY_ATTN_FORCE_CONFIG", "mla_wgmma_m64n64_pipe", 1);
+    CHECK(path(mla, sm120).rfind("mma_sync_", 0) == 0, "forced wgmma on sm_120: %s", plan.name);
+    setenv("VERIFY_ATTN_FORCE_CONFIG", "mla_m64n32_w8_s2", 1);
+    CHECK(path(mla, sm90) == "mma_sync_fp16_mla_m64n32_w8_s2" ||
+              path(mla, sm90) == "mma_sync_bf16_mla_m64n32_w8_s2",
+          "forced mma.sync on sm_90: %s", plan.name);
+    unsetenv("VERIFY_ATTN_FORCE_CONFIG");
   }
   // Forced splits are honoured; no device smem small enough fails cleanly.
   {
