@@ -46,8 +46,11 @@ constexpr int kMaxAutoSplits = 128;
 // The wgmma kernel has a body only in an sm_90a image (a plain sm_90 or
 // compute_90 image gets a stub that traps): never plan it without one.
 bool built_sm90a() {
-  const char* archs = va_compiled_archs();
-  return archs != nullptr && std::strstr(archs, "sm_90a") != nullptr;
+  static const bool built = [] {
+    const char* archs = va_compiled_archs();
+    return archs != nullptr && std::strstr(archs, "sm_90a") != nullptr;
+  }();
+  return built;
 }
 
 }  // namespace

@@ -77,6 +77,21 @@ __device__ __forceinline__ void publish_block(uint64_t* bar) {
   mbar_arrive(bar);
 }
 
+// Producer, after committing a tile as 18 groups (2 passes x 9 blocks, pass 1
+// last): block b is complete once group (1, b) is, i.e. when at most 8 - b
+// groups are still in flight; publish the blocks in order.
+__device__ __forceinline__ void publish_tile(uint64_t (&bars)[9]) {
+  publish_block<8>(&bars[0]);
+  publish_block<7>(&bars[1]);
+  publish_block<6>(&bars[2]);
+  publish_block<5>(&bars[3]);
+  publish_block<4>(&bars[4]);
+  publish_block<3>(&bars[5]);
+  publish_block<2>(&bars[6]);
+  publish_block<1>(&bars[7]);
+  publish_block<0>(&bars[8]);
+}
+
 }  // namespace sm90
 
 template <class Shape, typename DT, class Loader>
@@ -148,117 +163,86 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const Ker
     const int rg = (wtid & 63) >> 3;
     const int n_loads = (n_tiles + 1) & ~1;  // whole pairs: a phantom tile is zero-filled
     unsigned char* dst0 = sK + half * Shape::kKTileBytes + rg * 128 + ((c ^ rg) << 4);
+    // Rows g + 8 k are copied in two passes of four (k = 4 hh .. 4 hh + 3) to
+    // stay within the producer's 40 registers: each pass gets its four row
+    // addresses, then copies them block by block, one commit group per (pass,
+    // block); block b is complete once group (1, b) is (publish_tile).
+    //
+    // Row addresses: by default each pass looks up its four rows (independent
+    // page lookups, one round trip; the first pass before waiting for the
+    // stage to be free) and the next tile's page-table entries are prefetched
+    // into L1. EXPERIMENTAL kStagedRows (opt-in config
+    // mla_wgmma_m64n64_pipe_rows): each thread of the half resolves ONE row of
+    // the next tile (one lookup and division, coalesced over the half) into a
+    // shared-memory table of element offsets, one tile ahead.
+    int64_t* s_off = s_rows + half * 2 * N;  // kStagedRows: [2 buffers][64 rows], -1 = zero row
+    auto row_offset = [&](int i, int r, int64_t* off) -> bool {
+      const int j = (rt.tile_begin + i) * N + r;
+      int64_t v_off = 0;
+      bool ok = false;
+      if (i < n_tiles && j < rt.kv_len) {
+        ok = loader.row(j, off, &v_off);
+        if (!ok) s_bad_kv = 1;  // zero-filled; the CTA's rows become NaN
+      }
+      return ok;
+    };
+    auto stage_rows = [&](int i, int buf) {
+      int64_t off = 0;
+      s_off[buf * N + (wtid & 63)] = row_offset(i, wtid & 63, &off) ? off : -1;
+    };
     if constexpr (Shape::kStagedRows) {
-      // EXPERIMENTAL (opt-in config mla_wgmma_m64n64_pipe_rows): each thread
-      // of the half resolves ONE row of the next tile (one page lookup and
-      // division, coalesced over the half) into a shared-memory table of
-      // element offsets, one tile ahead, instead of 8 dependent lookups per
-      // thread in the copy loop.
-      int64_t* s_off = s_rows + half * 2 * N;  // [2 buffers][64 rows], -1 = zero row
-      const int r = wtid & 63;
-      auto stage_rows = [&](int i, int buf) {
-        const int j = (rt.tile_begin + i) * N + r;
-        int64_t k_off = 0, v_off = 0;
-        bool ok = false;
-        if (i < n_tiles && j < rt.kv_len) {
-          ok = loader.row(j, &k_off, &v_off);
-          if (!ok) s_bad_kv = 1;  // zero-filled; the CTA's rows become NaN
-        }
-        s_off[buf * N + r] = ok ? k_off : -1;
-      };
       if (half < n_loads) stage_rows(half, 0);
       named_barrier_sync(kBarProducer + half, 64);
-      for (int i = half; i < n_loads; i += 2) {
-        const int use = i >> 1;
-        const int buf = use & 1;
-        if (use >= 1) mbar_wait(&empty_bar[half], (use - 1) & 1);
+    }
+    for (int i = half; i < n_loads; i += 2) {
+      const int use = i >> 1;
+      const int buf = use & 1;
+      if (Shape::kStagedRows && use >= 1) mbar_wait(&empty_bar[half], (use - 1) & 1);
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const DT* src[4];
-          uint32_t ok_bits = 0;
+      for (int hh = 0; hh < 2; ++hh) {
+        const DT* src[4];
+        uint32_t ok_bits = 0;
 #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int64_t off = s_off[buf * N + rg + 8 * (4 * hh + k)];
-            ok_bits |= static_cast<uint32_t>(off >= 0) << k;
-            src[k] = gk + (off >= 0 ? off : 0) + c * kChunkElems;
+        for (int k = 0; k < 4; ++k) {
+          const int r = rg + 8 * (4 * hh + k);
+          int64_t off = 0;
+          bool ok;
+          if constexpr (Shape::kStagedRows) {
+            off = s_off[buf * N + r];
+            ok = off >= 0;
+          } else {
+            ok = row_offset(i, r, &off);
           }
-#pragma unroll
-          for (int b = 0; b < KB; ++b) {
-#pragma unroll
-            for (int k = 0; k < 4; ++k)
-              cp_async_16(dst0 + b * kBlockBytes + (4 * hh + k) * 8 * 128,
-                          src[k] + b * kBlockCols, (ok_bits >> k) & 1u);
-            cp_async_commit();
-          }
+          ok_bits |= static_cast<uint32_t>(ok) << k;
+          src[k] = gk + (ok ? off : 0) + c * kChunkElems;
         }
-        uint64_t* bars = full_bar[half];
-        publish_block<8>(&bars[0]);
-        publish_block<7>(&bars[1]);
-        publish_block<6>(&bars[2]);
-        publish_block<5>(&bars[3]);
-        publish_block<4>(&bars[4]);
-        publish_block<3>(&bars[5]);
-        publish_block<2>(&bars[6]);
-        publish_block<1>(&bars[7]);
-        publish_block<0>(&bars[8]);
-        // after publishing: its page-table load must not delay this tile
-        if (i + 2 < n_loads) stage_rows(i + 2, buf ^ 1);
-        // the next tile's offsets are in; this tile's table is read
-        named_barrier_sync(kBarProducer + half, 64);
+        if (!Shape::kStagedRows && hh == 0 && use >= 1)
+          mbar_wait(&empty_bar[half], (use - 1) & 1);
+#pragma unroll
+        for (int b = 0; b < KB; ++b) {
+#pragma unroll
+          for (int k = 0; k < 4; ++k)
+            cp_async_16(dst0 + b * kBlockBytes + (4 * hh + k) * 8 * 128, src[k] + b * kBlockCols,
+                        (ok_bits >> k) & 1u);
+          cp_async_commit();
+        }
       }
-    } else {
-      for (int i = half; i < n_loads; i += 2) {
-        const int use = i >> 1;
-        // Rows g + 8 k in two passes of four (k = 4 hh .. 4 hh + 3) to stay
-        // within the producer's 40 registers: each pass looks up its four row
-        // addresses (independent page lookups, one round trip; the first pass
-        // before waiting for the stage to be free), then copies them block by
-        // block, one commit group per (pass, block). Block b is complete once
-        // group (1, b) is: 8 - b groups were committed after it.
-  #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const DT* src[4];
-          uint32_t ok_bits = 0;
-  #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int j = (rt.tile_begin + i) * N + rg + 8 * (4 * hh + k);
-            int64_t k_off = 0, v_off = 0;
-            bool ok = false;
-            if (i < n_tiles && j < rt.kv_len) {
-              ok = loader.row(j, &k_off, &v_off);
-              if (!ok) s_bad_kv = 1;  // zero-filled; the CTA's rows become NaN
-            }
-            ok_bits |= static_cast<uint32_t>(ok) << k;
-            src[k] = gk + (ok ? k_off : 0) + c * kChunkElems;
-          }
-          if (hh == 0 && use >= 1) mbar_wait(&empty_bar[half], (use - 1) & 1);
-  #pragma unroll
-          for (int b = 0; b < KB; ++b) {
-  #pragma unroll
-            for (int k = 0; k < 4; ++k)
-              cp_async_16(dst0 + b * kBlockBytes + (4 * hh + k) * 8 * 128, src[k] + b * kBlockCols,
-                          (ok_bits >> k) & 1u);
-            cp_async_commit();
-          }
-        }
+      if constexpr (!Shape::kStagedRows) {
         // The next tile's page-table entries into L1 while these copies fly.
         if (c == 0 && i + 2 < n_tiles) {
-  #pragma unroll
+#pragma unroll
           for (int k = 0; k < 8; ++k) {
             const int j = (rt.tile_begin + i + 2) * N + rg + 8 * k;
             if (j < rt.kv_len) loader.prefetch_row(j);
           }
         }
-        uint64_t* bars = full_bar[half];
-        publish_block<8>(&bars[0]);
-        publish_block<7>(&bars[1]);
-        publish_block<6>(&bars[2]);
-        publish_block<5>(&bars[3]);
-        publish_block<4>(&bars[4]);
-        publish_block<3>(&bars[5]);
-        publish_block<2>(&bars[6]);
-        publish_block<1>(&bars[7]);
-        publish_block<0>(&bars[8]);
+      }
+      publish_tile(full_bar[half]);
+      if constexpr (Shape::kStagedRows) {
+        // after publishing: its page-table load must not delay this tile
+        if (i + 2 < n_loads) stage_rows(i + 2, buf ^ 1);
+        // the next tile's offsets are in; this tile's table is read
+        named_barrier_sync(kBarProducer + half, 64);
       }
     }
   } else {
