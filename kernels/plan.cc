@@ -143,9 +143,10 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
   if (mla) {
     // sm_90: warpgroup MMA (kernels/sm90/mla_wgmma_kernel.cuh); the mma.sync
     // configurations below stay the portable path (sm_120) and the fallback.
-    // H200, page_size 64: B1 H16 T64 L32k 214 us pipelined vs 229 us whole-tile
-    // scores (vs 497 us on mma.sync).
-    if (dev.sm_arch == 90 && built_sm90a()) cands[n++] = kCfgMlaWgmmaM64N64P;
+    // H200, B1 H16 T64 L32k: 159 us with the row offsets staged in shared
+    // memory, at page_size 1 and 64 alike, vs 240 / 213 us with per-thread page
+    // lookups (mla_wgmma_m64n64_pipe) and 497 us on mma.sync.
+    if (dev.sm_arch == 90 && built_sm90a()) cands[n++] = kCfgMlaWgmmaM64N64PR;
     // H200, B1 H16 T64 L32k: 8 warps 524 us vs 16 warps 627 us (fewer Q
     // fragment reloads per score); B1 H128 T32 L8k 502 vs 598; B32 T16 L4k 502 vs 589.
     if (rows_max > 32) cands[n++] = kCfgMlaM64N32W8S2;

@@ -108,8 +108,9 @@ struct TileShapeR32 {
 template <bool PIPELINED_S, bool STAGED_ROWS = false>
 struct TileShapeWgmmaMla {
   static constexpr bool kWgmma = true;
-  // EXPERIMENTAL producer: row offsets of the next tile resolved one per
-  // thread into shared memory (kRowBytes), see mla_wgmma_kernel.cuh.
+  // Producer: row offsets of the next tile resolved one per thread into
+  // shared memory (kRowBytes), see mla_wgmma_kernel.cuh (the default), or
+  // looked up by every copying thread (false).
   static constexpr bool kStagedRows = STAGED_ROWS;
   // Scores: start each 64-column block's wgmmas as it lands (true), or wait
   // for the whole tile and issue one group (false).
@@ -148,8 +149,8 @@ enum ConfigId : int {
   kCfgMlaR32M64N32S2,   // EXPERIMENTAL sm_90: 32 rows/warp, d-split (see TileShapeR32)
   kCfgMlaR32M32N32S1,   // EXPERIMENTAL sm_120 (98816 B)
   kCfgMlaWgmmaM64N64,   // sm_90a: wgmma, producer + 2 consumer warpgroups (TileShapeWgmmaMla)
-  kCfgMlaWgmmaM64N64P,  // the same, scores pipelined block by block
-  kCfgMlaWgmmaM64N64PR, // EXPERIMENTAL: + row offsets staged in shared memory (opt-in only)
+  kCfgMlaWgmmaM64N64P,  // the same, scores pipelined block by block, per-thread page lookups
+  kCfgMlaWgmmaM64N64PR, // pipelined + row offsets staged in shared memory: the sm_90 default
   kNumConfigs
 };
 

@@ -137,7 +137,7 @@ typedef struct va_params {
 
 /* Description of the kernel configuration a call would run. */
 typedef struct va_config_info {
-  char name[64];             /* e.g. "mma_sync_bf16_mla_m32n32_s1", "wgmma_bf16_mla_wgmma_m64n64_pipe" */
+  char name[64];             /* e.g. "mma_sync_bf16_mla_m32n32_s1", "wgmma_bf16_mla_wgmma_m64n64_pipe_rows" */
   int32_t tile_m;            /* folded query rows per CTA */
   int32_t tile_n;            /* KV rows per tile */
   int32_t num_warps;

@@ -391,11 +391,11 @@ def run_case(c, seed, device="cuda"):
 # sm_120 runs), forced through the plan's tuning knob. Every MLA case runs on
 # both; test_mla_path_pinned checks which one ran.
 MMA_SYNC_MLA = "mla_m64n32_w8_s2"
-# EXPERIMENTAL sm_90 producer variant (opt-in config, never chosen by the plan):
-# validated here on every MLA case so that timing it is the only step left.
-WGMMA_ROWS_MLA = "mla_wgmma_m64n64_pipe_rows"
+# The wgmma kernel's other producer (per-thread page lookups instead of the
+# staged row table; opt-in config, never chosen by the plan) on every MLA case.
+WGMMA_LOOKUP_MLA = "mla_wgmma_m64n64_pipe"
 CASE_PATHS = ([(c, "auto") for c in CASES] + [(c, "mma_sync") for c in CASES if MODELS[c["model"]][0]]
-              + [(c, "wgmma_rows") for c in CASES if MODELS[c["model"]][0]])
+              + [(c, "wgmma_lookup") for c in CASES if MODELS[c["model"]][0]])
 
 
 def expected_path(mla, forced_mma_sync=False):
@@ -407,19 +407,19 @@ def expected_path(mla, forced_mma_sync=False):
 def test_kernel_matches_reference(case, path, monkeypatch):
     if path == "mma_sync":
         monkeypatch.setenv("VERIFY_ATTN_FORCE_CONFIG", MMA_SYNC_MLA)
-    if path == "wgmma_rows":
+    if path == "wgmma_lookup":
         if torch.cuda.get_device_capability() != (9, 0):
             pytest.skip("the wgmma path is sm_90 only")
-        monkeypatch.setenv("VERIFY_ATTN_FORCE_CONFIG", WGMMA_ROWS_MLA)
+        monkeypatch.setenv("VERIFY_ATTN_FORCE_CONFIG", WGMMA_LOOKUP_MLA)
         a = build_problem(case, 0, "cuda")
         info = va.plan_info(a["q"], a["k"], a["v"], a["qo_indptr"], a["kv_indptr"], a.get("kv_indices"),
                             a.get("kv_len"), page_size=a.get("page_size"), tree_mask=a["tree_mask"],
                             causal=a["causal"], max_q_len=a["max_q_len"], max_kv_len=a["max_kv_len"])
-        assert info["name"].endswith(WGMMA_ROWS_MLA), info
+        assert info["name"].endswith(WGMMA_LOOKUP_MLA), info
     seed = new_seed()
     err = run_case(case, seed)
     key = case["layout"] + {"auto": "", "mma_sync": " (mla on mma.sync)",
-                            "wgmma_rows": " (mla on wgmma, staged rows)"}[path]
+                            "wgmma_lookup": " (mla on wgmma, page lookups)"}[path]
     if MODELS[case["model"]][0] and path == "auto":
         key += f" (mla on {expected_path(True).rstrip('_')})"
     if err >= WORST.get(key, (-1.0, ""))[0]:

@@ -834,7 +834,7 @@ def plan_info(
       ``<path>_<dtype>_<config>``: path ``wgmma`` (the sm_90a MLA kernel,
       kernels/sm90/mla_wgmma_kernel.cuh, chosen for MLA on sm_90) or ``mma_sync``
       (the portable kernel, every other case), e.g.
-      ``wgmma_bf16_mla_wgmma_m64n64_pipe`` or ``mma_sync_fp16_gqa_d128_m64n64_s2``.
+      ``wgmma_bf16_mla_wgmma_m64n64_pipe_rows`` or ``mma_sync_fp16_gqa_d128_m64n64_s2``.
     """
     paged = kv_indices is not None
     ps, d_vo, scale, mq, mkv = _prepare(
