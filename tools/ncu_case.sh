@@ -7,8 +7,10 @@
 #
 # --clock-control none: the clocks stay as the machine runs them (never changed).
 # Writes $OUT/ncu_case.log (else /tmp) and the tensor metrics this ncu knows
-# ($OUT/ncu_tensor_metrics.txt): their names differ between ncu versions
-# (sm__pipe_tensor_op_gmma_cycles_active was "n/a" in ncu 2025 on the H200).
+# ($OUT/ncu_tensor_metrics.txt): their names differ between ncu versions (the
+# H200 machine's ncu has sm__pipe_tensor_cycles_active and
+# sm__pipe_tensor_op_hmma_type_hmma_hgmma_qgmma_cycles_active, the wgmma share;
+# sm__pipe_tensor_op_gmma_cycles_active is "n/a" there).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LOG="${OUT:-/tmp}"
@@ -20,5 +22,5 @@ ncu --query-metrics 2>/dev/null | grep -iE "pipe_tensor|tensor_op|gmma" > "$LOG/
 cd /tmp
 ncu --clock-control none -k regex:attention_kernel\|mla_wgmma -c 1 \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-    --metrics "regex:sm__pipe_tensor.*pct_of_peak_sustained_active,regex:sm__inst_executed_pipe_tensor.*sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__throughput.avg.pct_of_peak_sustained_elapsed" \
+    --metrics "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_type_hmma_hgmma_qgmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor_op_gmma.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__throughput.avg.pct_of_peak_sustained_elapsed" \
     "$PY" "$ROOT/tools/profile_case.py" "${args[@]}" 2>&1 | tee "$LOG/ncu_case.log"
