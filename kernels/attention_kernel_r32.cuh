@@ -48,36 +48,22 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) attention_kernel_r32(const
   const int wm = warp / WD, wd = warp % WD;
   const int g = lane >> 2, t4 = lane & 3;
 
-  const int req = blockIdx.x / p.num_kv_heads;
   const int hk = blockIdx.x % p.num_kv_heads;
   const int split = blockIdx.z;
-  const bool first_cta = hk == 0 && blockIdx.y == 0 && split == 0 && tid == 0;
 
-  const int q_start = __ldg(p.qo_indptr + req);
-  const int q_end = __ldg(p.qo_indptr + req + 1);
-  if (q_start < 0 || q_end < q_start || q_end > p.total_q) {
-    if (first_cta) report_error(p.error_word, kErrQoIndptr, req, q_end, -1);
+  // ---- request bounds and this split's KV tiles (kernels/core/request.cuh) ----
+  const Loader loader(p, blockIdx.x / p.num_kv_heads, hk);
+  RequestTile rt;
+  const int st = request_tile(p, loader, M, N, &rt);
+  if (st == kRequestSkip) return;
+  if (st == kRequestNanRows) {
+    write_nan_rows<Shape, DT>(p, rt.q_start, rt.R, rt.row0, hk, split);
     return;
   }
-  const int q_len = q_end - q_start;
+  const int q_start = rt.q_start, R = rt.R, row0 = rt.row0;
+  const int kv_len = rt.kv_len, prefix = rt.prefix;
+  const int tile_begin = rt.tile_begin, tile_end = rt.tile_end;
   const int G = p.group;
-  const int R = q_len * G;
-  if (first_cta && R > static_cast<int>(gridDim.y) * M)
-    report_error(p.error_word, kErrQoIndptr, req, q_len, -1);
-  const int row0 = blockIdx.y * M;
-  if (row0 >= R) return;
-
-  const Loader loader(p, req, hk);
-  const int kv_len = loader.kv_len();
-  const int prefix = kv_len - q_len;
-  if (prefix < 0) {
-    if (first_cta) report_error(p.error_word, kErrKvShort, req, kv_len, -1);
-    write_nan_rows<Shape, DT>(p, q_start, R, row0, hk, split);
-    return;
-  }
-  const int num_tiles = row_tile_kv_tiles(row0, M, R, G, kv_len, prefix, p.causal != 0, N);
-  int tile_begin, tile_end;
-  split_tile_range(split, p.num_splits, num_tiles, &tile_begin, &tile_end);
 
   const DT* gq = static_cast<const DT*>(p.q);
   const DT* gk = static_cast<const DT*>(p.k);

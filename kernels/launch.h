@@ -15,7 +15,8 @@ namespace verify_attn {
 enum ErrorBits : int32_t {
   kErrKvIndex = 1,     // paged page id outside [0, num_pages), page slot past
                        // kv_indptr[i+1], or flat row outside [0, num_kv_rows):
-                       // the row was zero-filled instead of read
+                       // the row was zero-filled instead of read; or a device
+                       // kv_len within 2 tiles of 2^31 (rows NaN, position -1)
   kErrKvShort = 2,     // kv_len < q_len: that request's outputs are NaN
   kErrQoIndptr = 4,    // qo_indptr not within [0, total_q] / decreasing, or a
                        // request has more rows than max_q_len: rows skipped

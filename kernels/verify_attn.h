@@ -125,7 +125,8 @@ typedef struct va_params {
   int32_t* error_word;       /* optional device int32[4], caller-initialised to
                                 {0, -1, 0, 0}; on bad device data the kernels set
                                 [0] |= bits (1 bad KV index: the row is never read
-                                and the request's rows become NaN; 2 kv_len <
+                                and the request's rows become NaN -- also a
+                                kv_len within 128 of 2^31, position -1; 2 kv_len <
                                 q_len: rows NaN; 4 bad qo_indptr / q_len >
                                 max_q_len: rows skipped), and the first error
                                 wins [1] = request, [2] = the bad value (page id,

@@ -26,6 +26,8 @@ struct RequestTile {
 
 enum RequestStatus { kRequestRun = 0, kRequestSkip = 1, kRequestNanRows = 2 };
 
+constexpr int kMaxKvLen = 0x7fffffff;  // kv lengths are int32 (kernels/verify_attn.h)
+
 // M folded rows per CTA, N KV rows per tile. The grid is
 // (request * Hkv + kv head, row tile, split).
 template <class Loader>
@@ -49,6 +51,14 @@ __device__ __forceinline__ int request_tile(const KernelParams& p, const Loader&
   t->row0 = blockIdx.y * M;
   if (t->row0 >= t->R) return kRequestSkip;
   t->kv_len = loader.kv_len();
+  // A device kv_len this close to 2^31 would overflow the int tile arithmetic
+  // ((tile + 1) * N, kv_len + N - 1) and come out as zero rows with lse -inf;
+  // no cache holds that many rows for one request, so it is a bad KV extent:
+  // flagged like an index outside the cache, rows NaN.
+  if (t->kv_len > kMaxKvLen - 2 * N) {
+    if (first_cta) report_error(p.error_word, kErrKvIndex, req, t->kv_len, -1);
+    return kRequestNanRows;
+  }
   t->prefix = t->kv_len - t->q_len;
   if (t->prefix < 0) {
     if (first_cta) report_error(p.error_word, kErrKvShort, req, t->kv_len, -1);

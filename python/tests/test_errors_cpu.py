@@ -43,6 +43,12 @@ def test_negative_index_is_reported_as_is():
     assert e.value == -3 and "bad KV index -3 at KV position 5" in str(e)
 
 
+def test_kv_len_near_int32_max_is_a_kv_index_error_without_position():
+    e = errors.decode_error_word([errors.ERR_KV_INDEX, 2, 2**31 - 5, -1])
+    assert (e.bits, e.request, e.value, e.position) == (1, 2, 2**31 - 5, None)
+    assert "request: 2, kv_len 2147483643 too close to 2^31" in str(e) and "NaN" in str(e)
+
+
 def test_several_bits():
     e = errors.decode_error_word([errors.ERR_KV_INDEX | errors.ERR_KV_SHORT | errors.ERR_QO_INDPTR, 2, 7, 1])
     assert e.names == ["KV_INDEX", "KV_SHORT", "QO_INDPTR"]

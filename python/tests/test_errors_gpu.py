@@ -13,8 +13,9 @@ A paged batch of 4 requests gets two poisoned page ids in different requests
   (``test_poisoned_requests_are_nan``): before it, a bad row was zero-filled
   and the output finite;
 * debug mode raises at the call; CUDA-graph replays and torch.compile record
-  too; a flat ``kv_indptr`` past the rows and a device-side ``kv_len < q_len``
-  are flagged as well.
+  too; a flat ``kv_indptr`` past the rows, a device-side ``kv_len < q_len`` and
+  a device-side ``kv_len`` near 2^31 (int overflow of the tile arithmetic) are
+  flagged as well.
 
 memcheck over tools/sanitize_cases.py (its bad-index case) shows that no
 out-of-pool read happens.
@@ -234,6 +235,27 @@ def test_device_kv_len_short_is_flagged():
     e = ei.value
     assert e.bits & errors.ERR_KV_SHORT, str(e)
     assert e.request in (None, 2), str(e)
+
+
+@pytest.mark.parametrize("mla", [False, True], ids=["gqa", "mla"])
+def test_device_kv_len_near_int32_max_is_flagged(mla):
+    """A device kv_len of 2^31 - 5 (bounds passed, so the host did not see it)
+    would overflow the kernels' int tile arithmetic: flagged as KV_INDEX with
+    that value, the request's rows NaN, the other requests exact."""
+    a, info = make_paged(mla=mla)
+    clean_ref = ref(a)
+    kvl = a["kv_len"].clone()
+    kvl[2] = 2**31 - 5
+    out = run(dict(a, kv_len=kvl), info)
+    with pytest.raises(verify_attn.KernelInputError) as ei:
+        verify_attn.check_errors()
+    e = ei.value
+    assert e.bits == errors.ERR_KV_INDEX and e.request == 2 and e.value == 2**31 - 5, str(e)
+    assert torch.isnan(out[rows(a, 2)]).all(), "request 2: output not NaN"
+    for req in (0, 1, 3):
+        r = rows(a, req)
+        err = ((out[r].double() - clean_ref[r]).norm() / clean_ref[r].norm()).item()
+        assert torch.isfinite(out[r]).all() and err < 1e-2, "request %d: rel err %.3g" % (req, err)
 
 
 def test_host_validation_when_bounds_are_computed():

@@ -73,8 +73,8 @@ ERROR_WORD_INIT = (0, -1, 0, 0)
 
 _BIT_TEXT = {
     ERR_KV_INDEX: ("KV_INDEX", "a KV index outside the cache (paged: page id outside [0, num_pages) "
-                               "or a page slot past kv_indptr[i+1]; flat: row outside [0, rows)); "
-                               "it was not read"),
+                               "or a page slot past kv_indptr[i+1]; flat: row outside [0, rows); "
+                               "or a device kv_len within 128 of 2^31); it was not read"),
     ERR_KV_SHORT: ("KV_SHORT", "kv_len < q_len (a request has fewer KV rows than draft tokens)"),
     ERR_QO_INDPTR: ("QO_INDPTR", "qo_indptr not within [0, total_q], decreasing, or a request "
                                  "longer than max_q_len"),
@@ -142,7 +142,9 @@ def decode_error_word(words: Sequence[int], device=None) -> Optional[KernelInput
         where, bits, "; ".join(parts) if parts else "none")
     if req >= 0:
         at = (" at KV position %d" % pos) if pos >= 0 else ""
-        if bits == ERR_KV_INDEX:
+        if bits == ERR_KV_INDEX and pos < 0:
+            what = "kv_len %d too close to 2^31 (int32 tile arithmetic; never read)" % value
+        elif bits == ERR_KV_INDEX:
             what = "bad KV index %d%s (page id or flat row; never read)" % (value, at)
         elif bits == ERR_KV_SHORT:
             what = "kv_len %d is shorter than its q_len" % value
