@@ -54,12 +54,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) attention_kernel_r32(const
   // ---- request bounds and this split's KV tiles (kernels/core/request.cuh) ----
   const Loader loader(p, blockIdx.x / p.num_kv_heads, hk);
   RequestTile rt;
-  const int st = request_tile(p, loader, M, N, &rt);
-  if (st == kRequestSkip) return;
-  if (st == kRequestNanRows) {
-    write_nan_rows<Shape, DT>(p, rt.q_start, rt.R, rt.row0, hk, split);
-    return;
-  }
+  if (!start_request<Shape, DT>(p, loader, hk, &rt)) return;
   const int q_start = rt.q_start, R = rt.R, row0 = rt.row0;
   const int kv_len = rt.kv_len, prefix = rt.prefix;
   const int tile_begin = rt.tile_begin, tile_end = rt.tile_end;

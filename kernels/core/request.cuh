@@ -97,6 +97,17 @@ __device__ void write_nan_rows(const KernelParams& p, int q_start, int R, int ro
   }
 }
 
+// request_tile and the two early exits every kernel takes: false when this
+// CTA has nothing to compute (skipped, or its rows already written as NaN).
+template <class Shape, typename DT, class Loader>
+__device__ __forceinline__ bool start_request(const KernelParams& p, const Loader& loader, int hk,
+                                              RequestTile* rt) {
+  const int st = request_tile(p, loader, Shape::kM, Shape::kN, rt);
+  if (st == kRequestNanRows)
+    write_nan_rows<Shape, DT>(p, rt->q_start, rt->R, rt->row0, hk, blockIdx.z);
+  return st == kRequestRun;
+}
+
 }  // namespace verify_attn
 
 #endif  // VERIFY_ATTN_CORE_REQUEST_CUH_

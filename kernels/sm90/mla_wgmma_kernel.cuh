@@ -123,12 +123,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const Ker
   const int split = blockIdx.z;
   const Loader loader(p, blockIdx.x / p.num_kv_heads, hk);
   RequestTile rt;
-  const int st = request_tile(p, loader, M, N, &rt);
-  if (st == kRequestSkip) return;
-  if (st == kRequestNanRows) {
-    write_nan_rows<Shape, DT>(p, rt.q_start, rt.R, rt.row0, hk, split);
-    return;
-  }
+  if (!start_request<Shape, DT>(p, loader, hk, &rt)) return;
   const int G = p.group;
   const int n_tiles = rt.tile_end - rt.tile_begin;
 
