@@ -16,7 +16,7 @@ dev, H, page_size = "cuda", 16, 1
 #   prefix -> 5            (a second root)
 parents = torch.tensor([-1, 0, 0, 1, 2, -1], dtype=torch.int32, device=dev)
 qo_indptr = torch.tensor([0, 6], dtype=torch.int32, device=dev)
-tree_mask = masks.from_parents(parents, qo_indptr)            # uint32 bits [6, 1]
+tree_mask = masks.from_parents(parents, qo_indptr)            # int32 bit words [6, 1]
 
 prefix_len, q_len = 4096, 6
 kv_len = torch.tensor([prefix_len + q_len], dtype=torch.int32, device=dev)

@@ -156,6 +156,17 @@ CASES = [
     ("max_kv_len_negative", "flat", set_(max_kv_len=-5), ValueError, r"^max_kv_len: must be >= 0"),
     ("num_splits_negative", "flat", set_(num_splits=-1), ValueError, r"^num_splits: must be >= 0"),
     ("sm_scale_nan", "flat", set_(sm_scale=float("nan")), ValueError, r"^sm_scale: must be finite and > 0"),
+    # ---- scalar arguments of the wrong kind -> TypeError naming them
+    ("sm_scale_str", "flat", set_(sm_scale="abc"), TypeError, r"^sm_scale: expected a number, got str"),
+    ("sm_scale_list", "flat", set_(sm_scale=[0.1]), TypeError, r"^sm_scale: expected a number, got list"),
+    ("num_splits_str", "flat", set_(num_splits="x"), TypeError, r"^num_splits: expected an integer, got str"),
+    ("num_splits_none", "flat", set_(num_splits=None), TypeError, r"^num_splits: expected an integer, got NoneType"),
+    ("num_splits_fraction", "flat", set_(num_splits=2.7), TypeError, r"^num_splits: expected an integer, got float"),
+    ("max_q_len_fraction", "flat", set_(max_q_len=6.9), TypeError, r"^max_q_len: expected an integer, got float"),
+    ("max_kv_len_str", "flat", set_(max_kv_len="9"), TypeError, r"^max_kv_len: expected an integer, got str"),
+    ("head_dim_vo_str", "mla", set_(head_dim_vo="512"), TypeError, r"^head_dim_vo: expected an integer, got str"),
+    ("causal_str", "flat", both(set_(tree_mask=None), set_(causal="yes")), TypeError, r"^causal: expected a bool, got str"),
+    ("return_lse_int", "flat", set_(return_lse=1), TypeError, r"^return_lse: expected a bool, got int"),
     ("sm_scale_negative", "flat", set_(sm_scale=-0.1), ValueError, r"^sm_scale: must be finite and > 0"),
     ("max_q_len_zero", "flat", set_(max_q_len=0), ValueError, r"^max_q_len: must be >= 1 when there are query rows"),
     ("out_shape", "flat", lambda a: a.update(out=torch.empty(6, H, 32, dtype=torch.bfloat16, device=a["q"].device)),
@@ -261,6 +272,33 @@ def test_mla_prefix_view_of_k_accepted_as_value():
     a["causal"] = True
     with pytest.raises(ValueError, match=r"^q: must be a CUDA tensor"):
         _call("flat", a)
+
+
+def test_numpy_and_tensor_scalars_accepted():
+    """Integer-like (numpy ints, 0-d int tensors) and numpy floats/bools pass the scalar checks."""
+    import numpy as np
+
+    a = flat_args("cpu")
+    a.update(max_q_len=np.int64(4), max_kv_len=torch.tensor(9), num_splits=np.int32(0),
+             sm_scale=np.float32(0.125), return_lse=np.bool_(False))
+    with pytest.raises(ValueError, match=r"^q: must be a CUDA tensor"):
+        _call("flat", a)
+
+
+def test_to_dense_rejects_non_int32_bits():
+    qo = _qo()
+    bits = masks.from_parents(torch.tensor([-1, 0, -1, 0, 1, 1], dtype=torch.int32), qo)
+    with pytest.raises(TypeError, match=r"^bits: expected dtype torch.int32 or torch.uint32, got torch.float32"):
+        masks.to_dense(bits.float(), qo)
+    with pytest.raises(TypeError, match=r"^bits: expected dtype"):
+        masks.to_dense(bits.long(), qo)
+    assert [d.shape for d in masks.to_dense(bits, qo)] == [(2, 2), (4, 4)]
+
+
+def test_from_parents_max_q_len_must_be_an_integer():
+    with pytest.raises(TypeError, match=r"^max_q_len: expected an integer, got float"):
+        masks.from_parents(torch.tensor([-1, 0], dtype=torch.int32), torch.tensor([0, 2], dtype=torch.int32),
+                           max_q_len=2.5)
 
 
 def test_uint32_mask_accepted():

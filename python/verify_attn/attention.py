@@ -58,6 +58,7 @@ from typing import Optional, Tuple, Union
 import torch
 
 from . import errors as _errors
+from ._args import as_bool, as_float, as_int
 
 __all__ = [
     "tree_attention_flat",
@@ -192,7 +193,7 @@ def _check_shapes(
                 f"{nv}: None selects MLA (the value is the first head_dim_vo = 512 values of the "
                 f"K row), but head_dim_qk is {d_qk}; pass {nv} for MHA/GQA"
             )
-        d_vo = 512 if head_dim_vo is None else int(head_dim_vo)
+        d_vo = 512 if head_dim_vo is None else as_int(head_dim_vo, "head_dim_vo")
         if d_vo < 1 or d_vo > d_qk:
             raise ValueError(
                 f"head_dim_vo: {d_vo} must be in [1, head_dim_qk={d_qk}] when {nv} is None "
@@ -204,7 +205,7 @@ def _check_shapes(
                 f"{nv}: shape {tuple(v.shape)} must match {nk}'s {tuple(k.shape)} in every dim but the last"
             )
         d_vo = v.shape[-1]
-        if head_dim_vo is not None and int(head_dim_vo) != d_vo:
+        if head_dim_vo is not None and as_int(head_dim_vo, "head_dim_vo") != d_vo:
             raise ValueError(f"head_dim_vo: {head_dim_vo} differs from {nv}.shape[-1] = {d_vo}")
         if d_vo < 1:
             raise ValueError(f"{nv}: head_dim must be >= 1")
@@ -237,10 +238,10 @@ def _check_shapes(
     if sm_scale is None:
         scale = 1.0 / math.sqrt(d_qk)
     else:
-        scale = float(sm_scale)
+        scale = as_float(sm_scale, "sm_scale")
         if not (math.isfinite(scale) and scale > 0.0):
             raise ValueError(f"sm_scale: must be finite and > 0, got {sm_scale}")
-    if int(num_splits) < 0:
+    if as_int(num_splits, "num_splits") < 0:
         raise ValueError(f"num_splits: must be >= 0 (0 = automatic), got {num_splits}")
     if out is not None and tuple(out.shape) != (total_q, H, d_vo):
         raise ValueError(f"out: expected shape {(total_q, H, d_vo)}, got {tuple(out.shape)}")
@@ -349,8 +350,8 @@ def _resolve_bounds(paged, q, qo_indptr, kv_indptr, kv_len, max_q_len, max_kv_le
             max_kv_len = max([0] + [int(x) for x in kvl])
         else:
             max_kv_len = max([0] + [kv[i + 1] - kv[i] for i in range(len(kv) - 1)])
-    max_q_len = int(max_q_len)
-    max_kv_len = int(max_kv_len)
+    max_q_len = as_int(max_q_len, "max_q_len")
+    max_kv_len = as_int(max_kv_len, "max_kv_len")
     if max_q_len < 0 or max_q_len > MAX_Q_LEN:
         raise ValueError(f"max_q_len: must be in [0, {MAX_Q_LEN}], got {max_q_len}")
     if max_q_len < 1 and q.shape[0] > 0:
@@ -642,6 +643,7 @@ def _tree_attention_out_fake(
 def _prepare(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tree_mask,
              causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out, lse):
     names = ("k_cache", "v_cache") if paged else ("k", "v")
+    causal = as_bool(causal, "causal")
     _check_dtypes(names, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, out, lse)
     ps, d_vo, scale = _check_shapes(
         paged, names, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size,
@@ -661,7 +663,8 @@ def _run(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tr
         causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out, lse,
     )
     layout = _KV_PAGED if paged else _KV_FLAT
-    causal = bool(causal)
+    causal = bool(causal)  # checked by _prepare
+    return_lse = as_bool(return_lse, "return_lse")
     if out is None and lse is None:
         o, l = torch.ops.verify_attn.tree_attention(
             q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, layout, ps,

@@ -33,6 +33,8 @@ from typing import List, Optional, Sequence, Union
 
 import torch
 
+from ._args import as_int
+
 __all__ = [
     "mask_words",
     "from_parents",
@@ -212,7 +214,7 @@ def from_parents(
         _validate_indptr_values(qo_indptr, total_q)
     if max_q_len is None:
         max_q_len = _max_q_len_host(qo_indptr)
-    max_q_len = int(max_q_len)
+    max_q_len = as_int(max_q_len, "max_q_len")
     if max_q_len < 0 or max_q_len > MAX_Q_LEN:
         raise ValueError(f"max_q_len: must be in [0, {MAX_Q_LEN}], got {max_q_len}")
     num_words = mask_words(max_q_len)
@@ -584,6 +586,8 @@ def to_dense(bits: torch.Tensor, qo_indptr: torch.Tensor) -> List[torch.Tensor]:
     are ignored. Host sync (meant for tests and debugging).
     """
     _check_indptr(qo_indptr)
+    if bits.dtype not in (torch.int32, getattr(torch, "uint32", torch.int32)):
+        raise TypeError(f"bits: expected dtype torch.int32 or torch.uint32, got {bits.dtype}")
     if bits.dim() != 2:
         raise ValueError(f"bits: expected [total_q, W], got {tuple(bits.shape)}")
     dense = _unpack_words(bits)
