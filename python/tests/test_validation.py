@@ -285,6 +285,15 @@ def test_numpy_and_tensor_scalars_accepted():
         _call("flat", a)
 
 
+def test_max_q_len_below_a_request_is_refused_when_lengths_are_read():
+    """max_kv_len omitted -> the index arrays are read on the host; a passed
+    max_q_len smaller than a real q_len (4 here) is refused there."""
+    a = flat_args("cpu")
+    a.update(max_q_len=3)
+    with pytest.raises(ValueError, match=r"^max_q_len: 3 is below request 1's q_len 4"):
+        _call("flat", a)
+
+
 def test_to_dense_rejects_non_int32_bits():
     qo = _qo()
     bits = masks.from_parents(torch.tensor([-1, 0, -1, 0, 1, 1], dtype=torch.int32), qo)

@@ -356,6 +356,16 @@ def _resolve_bounds(paged, q, qo_indptr, kv_indptr, kv_len, max_q_len, max_kv_le
         raise ValueError(f"max_q_len: must be in [0, {MAX_Q_LEN}], got {max_q_len}")
     if max_q_len < 1 and q.shape[0] > 0:
         raise ValueError(f"max_q_len: must be >= 1 when there are query rows (q.shape[0] = {q.shape[0]})")
+    if need_kv and not need_q:
+        # The lists are on the host anyway: a passed max_q_len below a request's
+        # q_len (whose extra rows the launch would skip, flagging QO_INDPTR on
+        # the device) is refused here instead.
+        q_lens = [qo[i + 1] - qo[i] for i in range(len(qo) - 1)]
+        worst = max(range(len(q_lens)), key=q_lens.__getitem__, default=None)
+        if worst is not None and q_lens[worst] > max_q_len:
+            raise ValueError(
+                f"max_q_len: {max_q_len} is below request {worst}'s q_len {q_lens[worst]} (from qo_indptr)"
+            )
     if max_kv_len < 0:
         raise ValueError(f"max_kv_len: must be >= 0, got {max_kv_len}")
     if tree_mask is not None and tree_mask.shape[1] * 32 < max_q_len:
