@@ -92,21 +92,11 @@ __global__ void __launch_bounds__(Shape::kThreads, VA_MIN_BLOCKS(Shape))
   const int tile_begin = rt.tile_begin, tile_end = rt.tile_end;
   const int G = p.group;
 
-  const DT* gq = static_cast<const DT*>(p.q);
   const DT* gk = static_cast<const DT*>(p.k);
   const DT* gv = static_cast<const DT*>(p.v);
 
   // ---- Q tile (rows past the request are zero) ----
-  copy_rows_async<M, kThreads, DQK, QS, 0, 0, false>(
-      sQ, sQ, gq, gq,
-      [&](int r, int64_t* off, int64_t*) {
-        const int gr = row0 + r;
-        if (gr >= R) return false;
-        const int64_t token = q_start + gr / G;
-        *off = token * p.q_stride_token + static_cast<int64_t>(hk * G + gr % G) * p.q_stride_head;
-        return true;
-      },
-      tid);
+  copy_q_tile_async<M, kThreads, DQK, QS>(sQ, p, rt, hk, tid);
   cp_async_commit();
 
   auto load_kv = [&](int tile, int buf) {

@@ -9,6 +9,7 @@
 #include "kernels/core/errors.cuh"
 #include "kernels/core/types.cuh"
 #include "kernels/launch.h"
+#include "kernels/loaders/tile_copy.cuh"
 #include "kernels/plan.h"
 
 namespace verify_attn {
@@ -95,6 +96,33 @@ __device__ void write_nan_rows(const KernelParams& p, int q_start, int R, int ro
         p.lse[token * p.lse_stride_token + h * p.lse_stride_head] = NAN;
     }
   }
+}
+
+// Element offset in q of the request's folded row gr (< R): token
+// q_start + gr / group, query head hk * group + gr % group.
+__device__ __forceinline__ int64_t q_row_offset(const KernelParams& p, const RequestTile& rt, int hk,
+                                                int gr) {
+  const int64_t token = rt.q_start + gr / p.group;
+  return token * p.q_stride_token +
+         static_cast<int64_t>(hk * p.group + gr % p.group) * p.q_stride_head;
+}
+
+// The portable kernels' Q tile: M folded rows from row0 into padded shared
+// rows of QS elements (kernels/loaders/tile_copy.cuh); rows past the request
+// are zero. Issues the copies, does not commit them.
+template <int M, int NTHREADS, int DQK, int QS, typename DT>
+__device__ __forceinline__ void copy_q_tile_async(DT* sQ, const KernelParams& p, const RequestTile& rt,
+                                                  int hk, int tid) {
+  const DT* gq = static_cast<const DT*>(p.q);
+  copy_rows_async<M, NTHREADS, DQK, QS, 0, 0, false>(
+      sQ, sQ, gq, gq,
+      [&](int r, int64_t* off, int64_t*) {
+        const int gr = rt.row0 + r;
+        if (gr >= rt.R) return false;
+        *off = q_row_offset(p, rt, hk, gr);
+        return true;
+      },
+      tid);
 }
 
 // request_tile and the two early exits every kernel takes: false when this

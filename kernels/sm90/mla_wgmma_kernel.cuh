@@ -258,11 +258,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const Ker
       const int gr = rc.row0 + r;
       const bool ok = gr < rc.R;
       const DT* src = gq;
-      if (ok) {
-        const int64_t token = rc.q_start + gr / G;
-        src = gq + token * p.q_stride_token +
-              static_cast<int64_t>(hk * G + gr % G) * p.q_stride_head;
-      }
+      if (ok) src = gq + q_row_offset(p, rc, hk, gr);
 #pragma unroll
       for (int q = 0; q < 18; ++q) {
         const int chunk = (ct & 3) * 18 + q;  // 0..71
