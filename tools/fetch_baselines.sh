@@ -57,14 +57,17 @@ if [[ -z "$PY" ]]; then
   fi
 fi
 
-mkdir -p "$CACHE"
-if [[ ! -f "$CACHE/$SGLANG_WHEEL" ]]; then
-  echo "fetch_baselines: pip download sglang==$SGLANG_VERSION (no deps, ~39 MB)" >&2
+# download_wheel FILE REQUIREMENT PYTHON_VERSION ABI PLATFORM SIZE: into $CACHE
+# unless already there (by package name, no dependencies, binary only).
+download_wheel() {
+  [[ -f "$CACHE/$1" ]] && return 0
+  echo "fetch_baselines: pip download $2 (no deps, ~$6)" >&2
   "$PY" -m pip download -q --no-deps --only-binary=:all: \
-      --python-version 3.11 --implementation cp --abi cp311 \
-      --platform manylinux_2_34_x86_64 \
-      "sglang==$SGLANG_VERSION" -d "$CACHE"
-fi
+      --python-version "$3" --implementation cp --abi "$4" --platform "$5" "$2" -d "$CACHE"
+}
+
+mkdir -p "$CACHE"
+download_wheel "$SGLANG_WHEEL" "sglang==$SGLANG_VERSION" 3.11 cp311 manylinux_2_34_x86_64 "39 MB"
 
 "$PY" - "$CACHE/$SGLANG_WHEEL" "$SGLANG_SHA256" "$DEST" "$SGLANG_VERSION" <<'PYEOF'
 import hashlib, os, shutil, sys, zipfile
@@ -117,13 +120,7 @@ PYEOF
 # FlashMLA's wheel (opt-in, see the header).
 rm -f "$DEST"/sgl_flash_mla-*.whl
 if [[ "${VERIFY_ATTN_STAGE_FLASHMLA:-0}" == 1 ]]; then
-  if [[ ! -f "$CACHE/$FLASHMLA_WHEEL" ]]; then
-    echo "fetch_baselines: pip download sgl-flash-mla==$FLASHMLA_VERSION (no deps, ~9.9 MB)" >&2
-    "$PY" -m pip download -q --no-deps --only-binary=:all: \
-        --python-version 3.12 --implementation cp --abi abi3 \
-        --platform manylinux2014_x86_64 \
-        "sgl-flash-mla==$FLASHMLA_VERSION" -d "$CACHE"
-  fi
+  download_wheel "$FLASHMLA_WHEEL" "sgl-flash-mla==$FLASHMLA_VERSION" 3.12 abi3 manylinux2014_x86_64 "9.9 MB"
   got="$(sha256sum "$CACHE/$FLASHMLA_WHEEL" | cut -d' ' -f1)"
   if [[ "$got" != "$FLASHMLA_SHA256" ]]; then
     echo "fetch_baselines: sha256 mismatch for $CACHE/$FLASHMLA_WHEEL: $got != $FLASHMLA_SHA256" >&2
