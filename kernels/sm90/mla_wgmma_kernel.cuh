@@ -105,8 +105,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const Ker
   static_assert(Shape::kThreads == 384, "one producer and two consumer warpgroups");
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+  unsigned char* smem = align_smem_1024(smem_raw);
   unsigned char* sQ = smem;
   unsigned char* sK = smem + Shape::kQBytes;  // [2][9 blocks]
   float* sMax = reinterpret_cast<float*>(sK + Shape::kKBytes);  // [2][64]

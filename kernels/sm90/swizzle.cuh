@@ -10,6 +10,8 @@
 
 #include <stdint.h>
 
+#include "kernels/core/mma.cuh"
+
 namespace verify_attn {
 namespace sm90 {
 
@@ -23,6 +25,16 @@ __device__ __forceinline__ uint32_t swizzled_chunk_offset(int r, int chunk) {
   const int block = chunk / kChunksPerBlockRow;
   const int c = chunk % kChunksPerBlockRow;
   return static_cast<uint32_t>(block * kBlockBytes + r * 128 + ((c ^ (r & 7)) << 4));
+}
+
+// The first 1024-byte aligned byte of the dynamic shared memory `raw` (the
+// swizzle atom is 1024 bytes in the shared window). Aligned by adding an
+// offset to `raw` itself, not by masking its generic address: the compiler
+// then still knows every access through it is to shared memory (LDS / STS,
+// not generic LD.E / ST.E; a volatile read through the masked generic pointer
+// even became LD.E.64.STRONG.SYS).
+__device__ __forceinline__ unsigned char* align_smem_1024(unsigned char* raw) {
+  return raw + ((1024u - (smem_addr(raw) & 1023u)) & 1023u);
 }
 
 }  // namespace sm90
