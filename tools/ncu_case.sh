@@ -11,6 +11,9 @@
 # H200 machine's ncu has sm__pipe_tensor_cycles_active and
 # sm__pipe_tensor_op_hmma_type_hmma_hgmma_qgmma_cycles_active, the wgmma share;
 # sm__pipe_tensor_op_gmma_cycles_active is "n/a" there).
+# NCU_SOURCE=1: a second, separate profile of the same launch with the
+# per-instruction warp-stall samples, exported as $OUT/ncu_source.csv.gz for
+# `bazel run //tools:ncu_stalls -- --csv=...` here (about a minute more).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LOG="${OUT:-/tmp}"
@@ -24,3 +27,9 @@ ncu --clock-control none -k regex:attention_kernel\|mla_wgmma -c 1 \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
     --metrics "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_type_hmma_hgmma_qgmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor_op_gmma.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__throughput.avg.pct_of_peak_sustained_elapsed" \
     "$PY" "$ROOT/tools/profile_case.py" "${args[@]}" 2>&1 | tee "$LOG/ncu_case.log"
+if [[ "${NCU_SOURCE:-0}" == 1 ]]; then
+  ncu --clock-control none -k regex:attention_kernel\|mla_wgmma\|mla_seesaw -c 1 \
+      --section SourceCounters --section WarpStateStats -f -o /tmp/ncu_source \
+      "$PY" "$ROOT/tools/profile_case.py" "${args[@]}" > "$LOG/ncu_source_profile.log" 2>&1
+  ncu -i /tmp/ncu_source.ncu-rep --page source --csv --print-source sass | gzip > "$LOG/ncu_source.csv.gz"
+fi
