@@ -18,7 +18,12 @@ B1 H16 T64 L32k (32 tile pairs per CTA): the model gives 139 us with loads
 hidden (measured 143 us with a hand-back-early build) and 160 us at L = 1.2
 (measured 159 us). The seesaw as built measured 233-240 us (211-215 us with
 loads hidden) where the model predicts 126-148 us: its gap is in the
-implementation, not the schedule.
+implementation, not the schedule. Session 4 found two causes (ncu source
+counters, tools/ncu_stalls.py): the seesaw producer read each row offset
+through a generic volatile pointer between its copies (one memory latency per
+16-byte copy), and refills went through the producer instead of being issued
+by the consumer that hands a block group back; fixing both took it to 178 us
+(branch exp/seesaw-s3), while the model's L counts only the landing latency.
 
     bazel run //tools:sched_model                        # both schedules, L = 0 .. 2 us
     bazel run //tools:sched_model -- --scores_us=0.9     # what if the scores ran faster
