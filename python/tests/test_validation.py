@@ -177,7 +177,36 @@ CASES = [
     ("page_size_zero_3d", "paged", both(mut("k_cache", lambda t: t.reshape(24, HKV, D)),
                                         mut("v_cache", lambda t: t.reshape(24, HKV, D)), set_(page_size=0)),
      ValueError, r"^page_size: must be >= 1"),
-    ("page_size_float", "paged", set_(page_size=1.5), TypeError, r"^page_size: expected an int, got float"),
+    ("page_size_float", "paged", set_(page_size=1.5), TypeError, r"^page_size: expected an integer, got float"),
+    ("page_size_beyond_int32", "paged", both(mut("k_cache", lambda t: t.reshape(24, HKV, D)),
+                                             mut("v_cache", lambda t: t.reshape(24, HKV, D)), set_(page_size=2**40)),
+     ValueError, r"^page_size: must be <= 2\^31-1"),
+    # ---- scalars the C-ABI cannot hold -> ValueError naming them (not pybind's
+    # "incompatible function arguments" or a bare OverflowError)
+    ("sm_scale_huge_int", "flat", set_(sm_scale=10**400), ValueError, r"^sm_scale: int value out of the float range"),
+    ("sm_scale_beyond_float32", "flat", set_(sm_scale=1e39), ValueError, r"^sm_scale: 1e\+39 is beyond the float32 range"),
+    ("num_splits_huge", "flat", set_(num_splits=2**40), ValueError, r"^num_splits: at most 65535"),
+    ("num_splits_65536", "flat", set_(num_splits=65536), ValueError, r"^num_splits: at most 65535"),
+    ("max_kv_len_beyond_int32", "flat", set_(max_q_len=4, max_kv_len=2**31), ValueError,
+     r"^max_kv_len: must be <= 2\^31-1"),
+    # ---- MLA value width: named head_dim_vo (no `out` was passed)
+    ("mla_head_dim_vo_not_multiple_of_8", "mla", set_(head_dim_vo=100), ValueError,
+     r"^head_dim_vo: 100 must be a multiple of 8"),
+    # ---- 0 requests but rows in q (bounds passed: nothing is read on the host)
+    ("qo_indptr_no_requests_with_rows", "flat",
+     lambda a: a.update(qo_indptr=a["qo_indptr"][:1], kv_indptr=a["kv_indptr"][:1], max_q_len=4, max_kv_len=9),
+     ValueError, r"^qo_indptr: shape \[1\] means 0 requests, but q has 6 rows"),
+    # ---- outputs whose elements share memory
+    ("out_expanded", "flat", lambda a: a.update(out=torch.empty(1, H, D, dtype=torch.bfloat16, device=a["q"].device)
+                                                .expand(6, H, D)),
+     ValueError, r"^out: strides \(0, 64, 1\) of shape \(6, 4, 64\) overlap in memory"),
+    ("out_token_stride_inside_row", "flat",
+     lambda a: a.update(out=torch.empty(6 * 128 + 256, dtype=torch.bfloat16, device=a["q"].device)
+                        .as_strided((6, H, D), (128, D, 1))),
+     ValueError, r"^out: strides \(128, 64, 1\) of shape \(6, 4, 64\) overlap"),
+    ("lse_expanded", "flat", lambda a: a.update(lse=torch.empty(1, H, dtype=torch.float32, device=a["q"].device)
+                                                .expand(6, H), return_lse=True),
+     ValueError, r"^lse: strides \(0, 1\) of shape \(6, 4\) overlap in memory"),
     ("v_cache_none_small_head", "paged", set_(v_cache=None), ValueError, r"^v_cache: None selects MLA"),
     ("k_cache_5d", "paged", mut("k_cache", lambda t: t.unsqueeze(0)), ValueError, r"^k_cache: expected \[num_pages"),
     ("v_cache_pages", "paged", mut("v_cache", lambda t: t[:5]), ValueError, r"^v_cache: shape"),
@@ -375,3 +404,96 @@ def test_plan_info_validates_like_the_launch():
     with pytest.raises(TypeError, match=r"^kv_len: expected dtype"):
         verify_attn.plan_info(p["q"], p["k_cache"], p["v_cache"], p["qo_indptr"], p["kv_indptr"],
                               p["kv_indices"], p["kv_len"].long(), tree_mask=p["tree_mask"])
+
+
+# ---------------------------------------------------------------------------
+# new-user review: devices before dispatch, scalar kinds, the layout rule
+
+
+@pytest.mark.parametrize("layout,name", [("flat", "tree_mask"), ("flat", "v"), ("flat", "kv_indptr"),
+                                         ("paged", "kv_len"), ("paged", "kv_indices"), ("paged", "k_cache")])
+def test_meta_tensor_among_cpu_tensors_is_refused_before_dispatch(layout, name):
+    """One meta tensor would send the call to the ops' fake implementations
+    (uninitialised out/lse, no error); the device check runs before dispatch."""
+    a = _args(layout, "cpu")
+    a[name] = a[name].to("meta")
+    a.update(max_q_len=4, max_kv_len=9)
+    with pytest.raises(ValueError, match=rf"^{name}: must be on q's device cpu, got meta"):
+        _call(layout, a)
+
+
+@pytest.mark.parametrize("name", ["out", "lse"])
+def test_meta_out_or_lse_is_refused_before_dispatch(name):
+    a = flat_args("cpu")
+    a.update(max_q_len=4, max_kv_len=9, return_lse=True)
+    a[name] = (torch.empty(6, H, D, dtype=torch.bfloat16) if name == "out"
+               else torch.empty(6, H, dtype=torch.float32)).to("meta")
+    with pytest.raises(ValueError, match=rf"^{name}: must be on q's device cpu, got meta"):
+        _call("flat", a)
+
+
+def test_empty_batch_without_rows_still_passes_validation():
+    """0 requests and 0 rows is legitimate (nothing to compute): validation passes
+    and the CPU call stops at the device check, as before."""
+    a = flat_args("cpu")
+    a.update(q=a["q"][:0], tree_mask=a["tree_mask"][:0], qo_indptr=a["qo_indptr"][:1],
+             kv_indptr=a["kv_indptr"][:1], max_q_len=4, max_kv_len=9)
+    with pytest.raises(ValueError, match=r"^q: must be a CUDA tensor"):
+        _call("flat", a)
+    a.update(max_q_len=None, max_kv_len=None)
+    with pytest.raises(ValueError, match=r"^q: must be a CUDA tensor"):
+        _call("flat", a)
+
+
+def test_limits_of_scalars_are_accepted():
+    a = flat_args("cpu")
+    a.update(num_splits=65535, sm_scale=3.0e38, max_q_len=4, max_kv_len=2**31 - 1)
+    with pytest.raises(ValueError, match=r"^q: must be a CUDA tensor"):
+        _call("flat", a)
+
+
+def test_non_overlapping_strided_out_accepted():
+    """A head-major buffer viewed token-major (strides (D, T*D, 1)) does not overlap."""
+    a = flat_args("cpu")
+    a["out"] = torch.empty(H, 6, D, dtype=torch.bfloat16).transpose(0, 1)
+    a["lse"] = torch.empty(H, 6, dtype=torch.float32).t()
+    a["return_lse"] = True
+    with pytest.raises(ValueError, match=r"^q: must be a CUDA tensor"):
+        _call("flat", a)
+
+
+def test_numpy_page_size_accepted():
+    import numpy as np
+
+    a = paged_args("cpu")
+    a["page_size"] = np.int64(4)
+    with pytest.raises(ValueError, match=r"^q: must be a CUDA tensor"):
+        _call("paged", a)
+    a = paged_args("cpu")
+    a["page_size"] = np.int64(8)
+    with pytest.raises(ValueError, match=r"^page_size: 8 does not match k_cache.shape\[1\] = 4"):
+        _call("paged", a)
+
+
+def _plan_info(a, kv_indices, kv_len):
+    return verify_attn.plan_info(a["q"], a["k"], a["v"], a["qo_indptr"], a["kv_indptr"], kv_indices, kv_len,
+                                 tree_mask=a["tree_mask"], max_q_len=4, max_kv_len=9)
+
+
+def _plan(a, kv_indices, kv_len):
+    return verify_attn.TreeAttentionPlan(a["q"], a["k"], a["v"], a["qo_indptr"], a["kv_indptr"], kv_indices,
+                                         kv_len, tree_mask=a["tree_mask"], max_q_len=4, max_kv_len=9)
+
+
+@pytest.mark.parametrize("entry", [_plan_info, _plan], ids=["plan_info", "TreeAttentionPlan"])
+def test_plan_info_and_plan_decide_paged_alike(entry):
+    """kv_len without kv_indices selects the paged layout in both (then kv_indices
+    is required) instead of plan_info silently planning a flat call."""
+    a = flat_args("cpu")
+    kv_len = torch.tensor([5, 9], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"^kv_indices: required for the paged layout"):
+        entry(a, None, kv_len)
+    with pytest.raises(ValueError, match=r"^kv_len: required for the paged layout"):
+        entry(a, torch.arange(14, dtype=torch.int32), None)
+    with pytest.raises(ValueError, match=r"^q: must be a CUDA tensor"):
+        entry(a, None, None)

@@ -2,7 +2,8 @@
 
 ``int()``/``float()``/``bool()`` would accept ``"3"``, ``2.7`` (truncated) or
 ``"yes"`` and fail, when they fail, without naming the argument; these helpers
-raise ``TypeError("<name>: ...")`` instead.
+raise ``TypeError("<name>: ...")`` instead (``ValueError`` for a number that
+no float can hold).
 """
 
 import operator
@@ -26,13 +27,16 @@ def as_int(x, name: str) -> int:
 
 
 def as_float(x, name: str) -> float:
-    """``x`` as a Python float; bools, strings and non-numbers raise TypeError."""
+    """``x`` as a Python float; bools, strings and non-numbers raise TypeError, a
+    number beyond the float range (``10**400``) ValueError."""
     if isinstance(x, (bool, str, bytes) + _NP_BOOL):
         raise TypeError(f"{name}: expected a number, got {type(x).__name__} {x!r}")
     try:
         return float(x)
     except (TypeError, ValueError):
         raise TypeError(f"{name}: expected a number, got {type(x).__name__} {x!r}") from None
+    except OverflowError:  # e.g. 10**400: an int beyond the float range
+        raise ValueError(f"{name}: {type(x).__name__} value out of the float range") from None
 
 
 def as_bool(x, name: str) -> bool:

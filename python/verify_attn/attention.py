@@ -68,6 +68,9 @@ __all__ = [
 ]
 
 MAX_Q_LEN = 1024
+MAX_NUM_SPLITS = 65535  # the C-ABI's bound on a forced split count (kernels/plan.cc)
+_INT32_MAX = 2**31 - 1  # page_size, max_kv_len: int32 in the C-ABI (va_params)
+_FLOAT32_MAX = 3.4028234663852886e38  # sm_scale: a float in the C-ABI
 _KV_FLAT = 0
 _KV_PAGED = 1
 
@@ -82,6 +85,13 @@ def _load_C():
     from . import _ext  # noqa: PLC0415
 
     return _ext.load()
+
+
+def _is_paged(kv_indices, kv_len) -> bool:
+    """The layout rule of :func:`plan_info` and :class:`verify_attn.TreeAttentionPlan`:
+    paged when ``kv_indices`` or ``kv_len`` is given (then both are required), flat
+    when both are None."""
+    return kv_indices is not None or kv_len is not None
 
 
 def _is_compiling() -> bool:
@@ -158,8 +168,10 @@ def _check_shapes(
         raise ValueError("q: num_qo_heads must be >= 1")
     if d_qk < 1:
         raise ValueError("q: head_dim_qk must be >= 1")
-    if page_size is not None and (isinstance(page_size, bool) or not isinstance(page_size, int)):
-        raise TypeError(f"page_size: expected an int, got {type(page_size).__name__} {page_size!r}")
+    if page_size is not None:
+        page_size = as_int(page_size, "page_size")
+        if page_size > _INT32_MAX:
+            raise ValueError(f"page_size: must be <= 2^31-1 (an int32 in the C-ABI), got {page_size}")
     if paged:
         if k.dim() == 4:
             ps = k.shape[1]
@@ -199,6 +211,10 @@ def _check_shapes(
                 f"head_dim_vo: {d_vo} must be in [1, head_dim_qk={d_qk}] when {nv} is None "
                 f"(MLA: the value is the first head_dim_vo values of the K row)"
             )
+        if d_vo % 8 != 0:
+            raise ValueError(
+                f"head_dim_vo: {d_vo} must be a multiple of 8 (the value and output rows are 16-byte vectors)"
+            )
     else:
         if v.dim() != k.dim() or tuple(v.shape[:-1]) != tuple(k.shape[:-1]):
             raise ValueError(
@@ -212,6 +228,13 @@ def _check_shapes(
     if qo_indptr.dim() != 1 or qo_indptr.shape[0] < 1:
         raise ValueError(f"qo_indptr: expected shape [batch_size + 1], got {tuple(qo_indptr.shape)}")
     B = qo_indptr.shape[0] - 1
+    if B == 0 and total_q > 0:
+        # Known from the shapes alone (no host read): q's rows must be qo_indptr[-1],
+        # and a batch of 0 requests has 0 rows.
+        raise ValueError(
+            f"qo_indptr: shape [1] means 0 requests, but q has {total_q} rows; the rows of q must "
+            f"equal qo_indptr[-1] (0 requests need q.shape[0] == 0)"
+        )
     if kv_indptr.dim() != 1 or kv_indptr.shape[0] != B + 1:
         raise ValueError(
             f"kv_indptr: expected shape [{B + 1}] (batch_size + 1, like qo_indptr), got {tuple(kv_indptr.shape)}"
@@ -241,13 +264,39 @@ def _check_shapes(
         scale = as_float(sm_scale, "sm_scale")
         if not (math.isfinite(scale) and scale > 0.0):
             raise ValueError(f"sm_scale: must be finite and > 0, got {sm_scale}")
-    if as_int(num_splits, "num_splits") < 0:
+        if scale > _FLOAT32_MAX:
+            raise ValueError(f"sm_scale: {sm_scale} is beyond the float32 range (a float in the C-ABI)")
+    splits = as_int(num_splits, "num_splits")
+    if splits < 0:
         raise ValueError(f"num_splits: must be >= 0 (0 = automatic), got {num_splits}")
+    if splits > MAX_NUM_SPLITS:
+        raise ValueError(f"num_splits: at most {MAX_NUM_SPLITS} (a forced split-K count), got {num_splits}")
     if out is not None and tuple(out.shape) != (total_q, H, d_vo):
         raise ValueError(f"out: expected shape {(total_q, H, d_vo)}, got {tuple(out.shape)}")
     if lse is not None and tuple(lse.shape) != (total_q, H):
         raise ValueError(f"lse: expected shape {(total_q, H)}, got {tuple(lse.shape)}")
     return ps, d_vo, scale
+
+
+def _check_same_device(names, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, out, lse):
+    """Every tensor on q's device, checked before the custom op is dispatched.
+
+    torch dispatches on the devices of all tensor arguments: one meta tensor among
+    CPU/CUDA ones would route the call to the ops' fake implementations, which
+    return uninitialised outputs without running any check. Devices only (trace
+    safe): under torch.compile every argument is a FakeTensor on the traced
+    device, so this passes there.
+    """
+    nk, nv = names
+    cuda = q.device.type == "cuda"
+    for t, n in ((k, nk), (v, nv), (qo_indptr, "qo_indptr"), (kv_indptr, "kv_indptr"),
+                 (kv_indices, "kv_indices"), (kv_len, "kv_len"), (tree_mask, "tree_mask"),
+                 (out, "out"), (lse, "lse")):
+        if t is None or t.device == q.device:
+            continue
+        if cuda and t.device.type != "cuda":
+            raise ValueError(f"{n}: must be a CUDA tensor, got device {t.device}")
+        raise ValueError(f"{n}: must be on q's device {q.device}, got {t.device}")
 
 
 def _host_lists(tensors):
@@ -368,6 +417,8 @@ def _resolve_bounds(paged, q, qo_indptr, kv_indptr, kv_len, max_q_len, max_kv_le
             )
     if max_kv_len < 0:
         raise ValueError(f"max_kv_len: must be >= 0, got {max_kv_len}")
+    if max_kv_len > _INT32_MAX:
+        raise ValueError(f"max_kv_len: must be <= 2^31-1 (KV lengths are int32), got {max_kv_len}")
     if tree_mask is not None and tree_mask.shape[1] * 32 < max_q_len:
         raise ValueError(
             f"tree_mask: {tree_mask.shape[1]} words per row hold {tree_mask.shape[1] * 32} draft tokens, "
@@ -413,6 +464,21 @@ def _check_rows(t: torch.Tensor, name: str) -> None:
         raise ValueError(f"{name}: data pointer must be 16-byte aligned (got address % 16 = {t.data_ptr() % 16})")
 
 
+def _check_no_overlap(t: torch.Tensor, name: str) -> None:
+    """An output written by the kernel must not map two of its elements to one
+    address (an ``expand``-ed or ``as_strided`` view with stride 0, or a stride
+    smaller than the extent of the dims inside it)."""
+    extent = 0  # largest offset reached by the dims with smaller strides
+    for st, n in sorted((t.stride(d), t.shape[d]) for d in range(t.dim()) if t.shape[d] > 1):
+        if st <= extent:
+            raise ValueError(
+                f"{name}: strides {tuple(t.stride())} of shape {tuple(t.shape)} overlap in memory "
+                f"(each stride, in increasing order, must exceed the extent of the smaller ones); "
+                f"an output needs one address per element"
+            )
+        extent += st * (n - 1)
+
+
 def _check_contig(t: Optional[torch.Tensor], name: str) -> None:
     if t is not None and not t.is_contiguous():
         raise ValueError(f"{name}: must be contiguous")
@@ -426,6 +492,9 @@ def _check_strides(kv_layout, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len,
         _check_rows(v, nv)
     if out is not None:
         _check_rows(out, "out")
+        _check_no_overlap(out, "out")
+    if lse is not None:
+        _check_no_overlap(lse, "lse")
     for t, n in ((qo_indptr, "qo_indptr"), (kv_indptr, "kv_indptr"), (kv_indices, "kv_indices"),
                  (kv_len, "kv_len"), (tree_mask, "tree_mask")):
         _check_contig(t, n)
@@ -659,6 +728,7 @@ def _prepare(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size
         paged, names, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size,
         tree_mask, causal, sm_scale, head_dim_vo, num_splits, out, lse,
     )
+    _check_same_device(names, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, out, lse)
     cap = (kv_indices.shape[0] if kv_indices is not None and kv_indices.dim() == 1 else None) if paged \
         else k.shape[0]
     mq, mkv = _resolve_bounds(paged, q, qo_indptr, kv_indptr, kv_len, max_q_len, max_kv_len, tree_mask,
@@ -727,17 +797,19 @@ def tree_attention_flat(
         ``W >= ceil(max_q_len / 32)``; see :mod:`verify_attn.masks`.
       causal: chain mode instead of ``tree_mask`` (exactly one of the two).
       sm_scale: logit scale; default ``1 / sqrt(D_qk)``.
-      head_dim_vo: MLA value width (default 512 when ``v`` is None); must equal
-        ``v.shape[-1]`` otherwise.
+      head_dim_vo: MLA value width (default 512 when ``v`` is None; a multiple
+        of 8); must equal ``v.shape[-1]`` otherwise.
       max_q_len: host upper bound of every ``q_len_i`` (<= 1024). Computed from
         ``qo_indptr`` when None: a device->host sync; required under CUDA graph
         capture and ``torch.compile``.
       max_kv_len: host upper bound of every ``kv_len_i`` (planning of the split
         count). Same rules as ``max_q_len``.
       return_lse: also return the fp32 ``[total_q, H]`` natural-log LSE.
-      num_splits: 0 = automatic; >= 1 forces the split-K count.
-      out: optional preallocated ``[total_q, H, D_vo]`` (q's dtype) to write.
-      lse: optional preallocated fp32 ``[total_q, H]`` to write (any strides).
+      num_splits: 0 = automatic; 1 .. 65535 forces the split-K count.
+      out: optional preallocated ``[total_q, H, D_vo]`` (q's dtype) to write;
+        its elements must not overlap in memory (no ``expand``-ed views).
+      lse: optional preallocated fp32 ``[total_q, H]`` to write (any strides
+        that do not overlap).
 
     Returns:
       ``out`` ``[total_q, H, D_vo]`` in q's dtype, or ``(out, lse)`` when
@@ -749,9 +821,13 @@ def tree_attention_flat(
         starts with the argument's name.
       ValueError: a shape, stride, alignment (last dim contiguous, other strides
         multiples of 8 elements, data 16-byte aligned, index tensors and
-        tree_mask contiguous) or device (all CUDA, all on q's device) problem,
-        both/neither of tree_mask/causal, a too narrow tree_mask, bad bounds;
-        message starts with the argument's name.
+        tree_mask contiguous, out/lse not overlapping) or device (all CUDA, all
+        on q's device, checked before the op is dispatched, so a meta tensor
+        among them is refused too) problem, both/neither of tree_mask/causal, a
+        too narrow tree_mask, bad bounds, a scalar out of the C-ABI's range
+        (``num_splits`` > 65535, ``page_size``/``max_kv_len`` > 2^31-1,
+        ``sm_scale`` beyond float32), ``qo_indptr`` of 0 requests with rows in
+        ``q``; message starts with the argument's name.
       NotImplementedError: a valid configuration the library was not built for
         (head dims, arch); RuntimeError: CUDA errors (from the extension).
     """
@@ -835,8 +911,10 @@ def plan_info(
 ) -> dict:
     """Which kernel configuration a call with these arguments would run (nothing is launched).
 
-    Paged layout when ``kv_indices`` is given (then ``k``/``v`` are the caches and
-    ``kv_len`` is required), flat otherwise. Arguments and validation as in
+    Paged layout when ``kv_indices`` or ``kv_len`` is given (then ``k``/``v`` are
+    the caches and both are required: the missing one raises ValueError naming
+    it), flat when both are None -- the same rule as
+    :class:`verify_attn.TreeAttentionPlan`. Arguments and validation as in
     :func:`tree_attention_flat` / :func:`tree_attention_paged`.
 
     Returns:
@@ -848,8 +926,14 @@ def plan_info(
       kernels/sm90/mla_wgmma_kernel.cuh, chosen for MLA on sm_90) or ``mma_sync``
       (the portable kernel, every other case), e.g.
       ``wgmma_bf16_mla_wgmma_m64n64_pipe_rows`` or ``mma_sync_fp16_gqa_d128_m64n64_s2``.
+
+    Raises:
+      As :func:`tree_attention_flat` / :func:`tree_attention_paged` (TypeError /
+      ValueError naming the argument; ``kv_indices: required`` or ``kv_len:
+      required`` when only one of the two is given); ImportError without the
+      compiled extension; NotImplementedError for an unsupported configuration.
     """
-    paged = kv_indices is not None
+    paged = _is_paged(kv_indices, kv_len)
     ps, d_vo, scale, mq, mkv = _prepare(
         paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tree_mask,
         causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, None, None,

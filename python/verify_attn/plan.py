@@ -26,8 +26,9 @@ class TreeAttentionPlan:
     Args:
       q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len: the tensors every
         :meth:`run` will read, as for :func:`verify_attn.tree_attention_paged`
-        (``kv_indices`` and ``kv_len`` given: paged layout) or
-        :func:`verify_attn.tree_attention_flat` (both None). Their shapes are
+        (paged layout when ``kv_indices`` or ``kv_len`` is given; then both are
+        required) or :func:`verify_attn.tree_attention_flat` (both None); the
+        same rule as :func:`verify_attn.plan_info`. Their shapes are
         the capacity: ``q.shape[0]`` rows, ``qo_indptr.shape[0] - 1`` requests.
       page_size, tree_mask, causal, sm_scale, head_dim_vo, num_splits: as for
         those functions.
@@ -53,7 +54,7 @@ class TreeAttentionPlan:
                  num_splits: int = 0):
         if max_q_len is None or max_kv_len is None:
             raise ValueError("max_q_len: a plan needs host upper bounds max_q_len and max_kv_len")
-        paged = kv_indices is not None or kv_len is not None
+        paged = _attn._is_paged(kv_indices, kv_len)
         ps, d_vo, scale, mq, mkv = _attn._prepare(
             paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tree_mask,
             causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, None, None)
