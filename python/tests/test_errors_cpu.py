@@ -325,3 +325,18 @@ def test_valid_lengths_pass_host_validation(layout):
 def test_host_lists_one_copy_and_mixed_devices():
     a, b = i32(0, 1, 2), i32(5)
     assert attention._host_lists([a, None, b]) == [[0, 1, 2], None, [5]]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA message")
+@pytest.mark.parametrize("device", [None, "cuda", "cuda:0", 0])
+def test_ensure_error_buffer_without_cuda_is_a_clear_runtime_error(device):
+    """Not torch's "AssertionError: Torch not compiled with CUDA enabled"."""
+    with pytest.raises(RuntimeError, match=r"^verify_attn.ensure_error_buffer: needs a CUDA device"):
+        verify_attn.ensure_error_buffer(device)
+    assert not errors.ErrorState._states
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_ensure_error_buffer_rejects_a_non_cuda_device(device):
+    with pytest.raises(ValueError, match=rf"^device: expected a CUDA device, got {device}"):
+        verify_attn.ensure_error_buffer(device)

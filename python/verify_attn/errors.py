@@ -277,7 +277,27 @@ def error_word_ptr(device) -> int:
 
 
 def ensure_error_buffer(device=None) -> None:
-    """Allocate ``device``'s error buffer now (before a CUDA graph capture)."""
+    """Allocate ``device``'s error buffer now (before a CUDA graph capture).
+
+    Raises:
+      ValueError: ``device`` is not a CUDA device.
+      RuntimeError: no CUDA device is available (the buffer lives on one), or
+        called during CUDA graph capture.
+    """
+    import torch
+
+    if device is not None and not isinstance(device, int):
+        # a non-CUDA device is a ValueError, as in check_errors, before the availability check
+        try:
+            d = torch.device(device)
+        except (RuntimeError, TypeError) as e:
+            raise ValueError("device: expected a CUDA device, got %r (%s)" % (device, e)) from None
+        if d.type != "cuda":
+            raise ValueError("device: expected a CUDA device, got %s" % d)
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            "verify_attn.ensure_error_buffer: needs a CUDA device (torch.cuda.is_available() is False; "
+            "torch %s, built with CUDA %s)" % (torch.__version__, torch.version.cuda))
     ErrorState.get(device, create=True)
 
 
