@@ -333,3 +333,123 @@ def test_dense_and_sglang_errors():
         masks.from_sglang_qlen_bitpacked(torch.ones(20, dtype=torch.uint8), _qo(20))
     with pytest.raises(ValueError, match="kind:"):
         masks.random_parents("bogus", 4)
+
+
+# ---------------------------------------------------------------------------
+# new-user review: every builder validates its arguments and names them
+
+
+def test_bitpacked_0d_mask_is_a_named_value_error():
+    with pytest.raises(ValueError, match=r"^mask: expected \[total_q=2\] or \[total_q, nbytes\], got \(\)"):
+        masks.from_sglang_qlen_bitpacked(torch.tensor(5, dtype=torch.uint8), _qo(2))
+
+
+CAUSAL_BAD = [
+    ("q_len_above_max_q_len", torch.tensor([0, 40]), dict(max_q_len=10), ValueError,
+     r"^max_q_len: 10 is smaller than the longest request \(40\)"),
+    ("indptr_not_from_0", torch.tensor([3, 1]), {}, ValueError, r"^qo_indptr: must start at 0, got 3"),
+    ("indptr_decreasing", torch.tensor([0, 3, 1]), {}, ValueError,
+     r"^qo_indptr: must be non-decreasing; decreasing at request 1 \(qo_indptr\[1\] = 3 > qo_indptr\[2\] = 1\)"),
+    ("indptr_2d", torch.tensor([[0, 3]]), {}, ValueError, r"^qo_indptr: expected shape \[B \+ 1\]"),
+    ("indptr_float", torch.tensor([0.0, 3.0]), {}, TypeError, r"^qo_indptr: expected an int32 or int64 tensor"),
+    ("max_q_len_str", torch.tensor([0, 4]), dict(max_q_len="x"), TypeError, r"^max_q_len: expected an integer, got str"),
+    ("max_q_len_float", torch.tensor([0, 4]), dict(max_q_len=6.5), TypeError, r"^max_q_len: expected an integer, got float"),
+    ("max_q_len_too_big", torch.tensor([0, 4]), dict(max_q_len=5000), ValueError, r"^max_q_len: must be in \[0, 1024\], got 5000"),
+    ("q_len_above_1024", torch.tensor([0, 1025]), {}, ValueError, r"^qo_indptr: a request has 1025 draft rows, more than 1024"),
+]
+
+
+@pytest.mark.parametrize("name,qo,kw,exc,match", CAUSAL_BAD, ids=[c[0] for c in CAUSAL_BAD])
+def test_causal_validates(name, qo, kw, exc, match):
+    with pytest.raises(exc, match=match):
+        masks.causal(qo, **kw)
+
+
+def test_causal_with_a_wide_enough_max_q_len_has_every_column():
+    bits = masks.causal(torch.tensor([0, 40]), max_q_len=40)
+    assert bits.shape == (40, 2)
+    dense = masks.to_dense(bits, torch.tensor([0, 40]))[0]
+    assert torch.equal(dense, torch.ones(40, 40, dtype=torch.bool).tril())
+
+
+def _builders(max_q_len):
+    """(name, call) of every builder on the same two requests of 2 and 3 drafts."""
+    qo = _qo(2, 3)
+    parents = torch.tensor([-1, 0, -1, 0, 1])
+    dense = [torch.ones(2, 2, dtype=torch.bool).tril(), torch.ones(3, 3, dtype=torch.bool).tril()]
+    full = torch.ones(2 * (1 + 2) + 3 * (2 + 3), dtype=torch.bool)
+    return [
+        ("from_parents", lambda: masks.from_parents(parents, qo, max_q_len=max_q_len)),
+        ("from_dense", lambda: masks.from_dense(dense, qo, max_q_len=max_q_len)),
+        ("from_sglang_full_mask",
+         lambda: masks.from_sglang_full_mask(full, qo, torch.tensor([1, 2]), max_q_len=max_q_len)),
+        ("from_sglang_qlen_only",
+         lambda: masks.from_sglang_qlen_only(torch.ones(13, dtype=torch.bool), qo, max_q_len=max_q_len)),
+        ("from_sglang_qlen_bitpacked",
+         lambda: masks.from_sglang_qlen_bitpacked(torch.full((5,), 7, dtype=torch.uint8), qo, max_q_len=max_q_len)),
+        ("causal", lambda: masks.causal(qo, max_q_len=max_q_len)),
+    ]
+
+
+BUILDER_NAMES = [n for n, _ in _builders(None)]
+MAX_Q_LEN_BAD = [
+    ("str", "64", TypeError, r"^max_q_len: expected an integer, got str '64'"),
+    ("float", 6.5, TypeError, r"^max_q_len: expected an integer, got float 6.5"),
+    ("bool", True, TypeError, r"^max_q_len: expected an integer, got bool"),
+    ("above_1024", 5000, ValueError, r"^max_q_len: must be in \[0, 1024\], got 5000"),
+    ("negative", -1, ValueError, r"^max_q_len: must be in \[0, 1024\], got -1"),
+    ("below_longest", 2, ValueError, r"^max_q_len: 2 is smaller than the longest request \(3\)"),
+]
+
+
+@pytest.mark.parametrize("builder", BUILDER_NAMES)
+@pytest.mark.parametrize("value,exc,match", [c[1:] for c in MAX_Q_LEN_BAD], ids=[c[0] for c in MAX_Q_LEN_BAD])
+def test_max_q_len_same_rule_in_every_builder(builder, value, exc, match):
+    call = dict(_builders(value))[builder]
+    with pytest.raises(exc, match=match):
+        call()
+
+
+@pytest.mark.parametrize("builder", BUILDER_NAMES)
+def test_max_q_len_numpy_int_accepted_in_every_builder(builder):
+    call = dict(_builders(np.int64(64)))[builder]
+    assert call().shape == (5, 2)
+
+
+def test_to_dense_validates_its_arguments():
+    qo = _qo(1)
+    with pytest.raises(TypeError, match=r"^bits: expected a torch.Tensor, got list"):
+        masks.to_dense([[1]], qo)
+    bits = torch.zeros(2, 1, dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"^qo_indptr: must be non-decreasing; decreasing at request 1"):
+        masks.to_dense(bits, torch.tensor([0, 3, 2]))
+    with pytest.raises(ValueError, match=r"^qo_indptr: must start at 0, got 1"):
+        masks.to_dense(bits, torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match=r"^bits: has 2 rows, qo_indptr says 1"):
+        masks.to_dense(bits, qo)
+
+
+def test_full_mask_mask_indptr_validated():
+    qo = _qo(2)
+    buf = torch.ones(100, dtype=torch.bool)
+    pre = torch.tensor([3])
+    with pytest.raises(ValueError, match=r"^mask_indptr: entry 0 is -100; offsets must be >= 0"):
+        masks.from_sglang_full_mask(buf, qo, pre, mask_indptr=torch.tensor([-100, 60]))
+    with pytest.raises(TypeError, match=r"^mask_indptr: expected an integer tensor, got torch.float32"):
+        masks.from_sglang_full_mask(buf, qo, pre, mask_indptr=torch.tensor([0.0, 10.0]))
+    with pytest.raises(TypeError, match=r"^mask_indptr: expected an integer tensor \[1 \+ 1\], got list"):
+        masks.from_sglang_full_mask(buf, qo, pre, mask_indptr=[0, 10])
+    with pytest.raises(ValueError, match=r"^custom_mask: has 100 entries, the layout needs 101"):
+        masks.from_sglang_full_mask(buf, qo, pre, mask_indptr=torch.tensor([91, 101]))
+    # a valid offset reads the block there
+    buf = torch.zeros(100, dtype=torch.bool)
+    buf[50:60] = torch.tensor([1, 1, 1, 1, 0, 1, 1, 1, 1, 1], dtype=torch.bool)  # rows of 5: prefix 3 + 2 drafts
+    bits = masks.from_sglang_full_mask(buf, qo, pre, mask_indptr=torch.tensor([50, 60]))
+    assert bits.tolist() == [[0b01], [0b11]]
+
+
+@pytest.mark.parametrize("value", ["no", 0, 1, None])
+def test_from_parents_validate_must_be_a_bool(value):
+    with pytest.raises(TypeError, match=r"^validate: expected a bool, got "):
+        masks.from_parents(torch.tensor([-1, 0]), _qo(2), validate=value)
+    assert masks.from_parents(torch.tensor([-1, 0]), _qo(2), validate=np.bool_(False), max_q_len=2).shape == (2, 1)

@@ -20,7 +20,11 @@ Builders are vectorized torch code (a loop over ``log2(depth)`` pointer-doubling
 steps or over 32-bit words at most, never over nodes) and run on the device of
 their inputs, CPU or CUDA. ``from_parents`` can run without any device->host
 synchronization (``validate=False`` and ``max_q_len`` given), so it can be
-captured in a CUDA graph.
+captured in a CUDA graph; the others read ``qo_indptr`` on the host.
+
+``max_q_len`` follows one rule in every builder: an integer in ``[0, 1024]``,
+``>=`` every request's ``q_len`` whenever the lengths are read on the host;
+otherwise TypeError/ValueError naming ``max_q_len``.
 
 Index naming follows FlashInfer: ``qo_indptr`` is the ``[B + 1]`` exclusive
 prefix sum of per-request query (draft) counts.
@@ -33,7 +37,7 @@ from typing import List, Optional, Sequence, Union
 
 import torch
 
-from ._args import as_int
+from ._args import as_bool, as_int
 
 __all__ = [
     "mask_words",
@@ -120,13 +124,23 @@ def _check_indptr(qo_indptr: torch.Tensor, name: str = "qo_indptr") -> None:
         raise ValueError(f"{name}: expected shape [B + 1] with B >= 0, got {tuple(qo_indptr.shape)}")
 
 
-def _validate_indptr_values(qo_indptr: torch.Tensor, total_q: int, name: str = "qo_indptr") -> None:
-    """Host-synchronizing checks of an indptr's values."""
+def _validate_indptr_order(qo_indptr: torch.Tensor, name: str = "qo_indptr") -> None:
+    """Host-synchronizing checks: starts at 0, non-decreasing."""
     ind = qo_indptr.to(torch.int64)
     if int(ind[0]) != 0:
         raise ValueError(f"{name}: must start at 0, got {int(ind[0])}")
     if ind.numel() > 1 and bool((ind[1:] < ind[:-1]).any()):
-        raise ValueError(f"{name}: must be non-decreasing")
+        i = int(torch.nonzero(ind[1:] < ind[:-1])[0, 0])
+        raise ValueError(
+            f"{name}: must be non-decreasing; decreasing at request {i} "
+            f"({name}[{i}] = {int(ind[i])} > {name}[{i + 1}] = {int(ind[i + 1])})"
+        )
+
+
+def _validate_indptr_values(qo_indptr: torch.Tensor, total_q: int, name: str = "qo_indptr") -> None:
+    """Host-synchronizing checks of an indptr's values."""
+    _validate_indptr_order(qo_indptr, name)
+    ind = qo_indptr.to(torch.int64)
     if int(ind[-1]) != total_q:
         raise ValueError(f"{name}: last entry {int(ind[-1])} != number of rows {total_q}")
     q_lens = ind[1:] - ind[:-1]
@@ -146,6 +160,21 @@ def _row_request_and_local(qo_indptr: torch.Tensor, total_q: int):
     req = req.clamp_(max=max(ind.numel() - 2, 0))
     local = rows - ind[req]
     return req, local
+
+
+def _check_max_q_len(max_q_len, real_max: Optional[int] = None) -> int:
+    """The ``max_q_len`` rule of every builder: an integer (``as_int``: no str,
+    float or bool) in ``[0, MAX_Q_LEN]`` and, when the longest request
+    ``real_max`` is known (read on the host), ``>= real_max``. None means
+    ``real_max``."""
+    if max_q_len is None:
+        max_q_len = real_max
+    max_q_len = as_int(max_q_len, "max_q_len")
+    if max_q_len < 0 or max_q_len > MAX_Q_LEN:
+        raise ValueError(f"max_q_len: must be in [0, {MAX_Q_LEN}], got {max_q_len}")
+    if real_max is not None and max_q_len < real_max:
+        raise ValueError(f"max_q_len: {max_q_len} is smaller than the longest request ({real_max})")
+    return max_q_len
 
 
 def _max_q_len_host(qo_indptr: torch.Tensor) -> int:
@@ -176,10 +205,11 @@ def from_parents(
         Topological order is NOT required: a parent may come after its child.
       qo_indptr: ``[B + 1]`` int32/int64, exclusive prefix sum of the number of
         draft tokens per request (FlashInfer naming), on the same device.
-      max_q_len: upper bound of any ``q_len_i``; sets the width
+      max_q_len: upper bound of any ``q_len_i`` (an int in ``[0, 1024]``, checked
+        against the real lengths when they are read); sets the width
         ``W = max(1, ceil(max_q_len / 32))``. Computed from ``qo_indptr`` when
-        None (a device->host sync).
-      validate: check the values (range, no self-parent, no cycles). This
+        None (a device->host sync). Every builder follows this rule.
+      validate (bool): check the values (range, no self-parent, no cycles). This
         synchronizes with the host; pass False (with ``max_q_len``) to build the
         mask inside a CUDA graph. Invalid input with ``validate=False`` gives an
         unspecified mask (no crash, no out-of-bounds access).
@@ -190,8 +220,10 @@ def from_parents(
       ``c`` is ``t`` or an ancestor of ``t``.
 
     Raises:
-      TypeError: ``parents``/``qo_indptr`` not integer tensors.
-      ValueError (``validate=True``): a parent index outside ``[-1, q_len_i)``,
+      TypeError: ``parents``/``qo_indptr`` not integer tensors, ``max_q_len``
+        not an integer, ``validate`` not a bool.
+      ValueError: ``max_q_len`` outside ``[0, 1024]`` (or, ``validate=True``,
+        below a request's ``q_len``). With ``validate=True``: a parent index outside ``[-1, q_len_i)``,
         a node that is its own parent, a cycle, ``qo_indptr`` malformed or
         inconsistent with ``parents.shape[0]``, or ``q_len_i > 1024``.
 
@@ -210,13 +242,12 @@ def from_parents(
         raise ValueError(f"qo_indptr: on {qo_indptr.device}, but parents is on {parents.device}")
     total_q = parents.shape[0]
     device = parents.device
+    validate = as_bool(validate, "validate")
     if validate:
         _validate_indptr_values(qo_indptr, total_q)
-    if max_q_len is None:
-        max_q_len = _max_q_len_host(qo_indptr)
-    max_q_len = as_int(max_q_len, "max_q_len")
-    if max_q_len < 0 or max_q_len > MAX_Q_LEN:
-        raise ValueError(f"max_q_len: must be in [0, {MAX_Q_LEN}], got {max_q_len}")
+    # the longest request is read when validating (already a sync) or when needed
+    real_max = _max_q_len_host(qo_indptr) if validate or max_q_len is None else None
+    max_q_len = _check_max_q_len(max_q_len, real_max)
     num_words = mask_words(max_q_len)
     if total_q == 0:
         return torch.zeros((0, num_words), dtype=torch.int32, device=device)
@@ -322,8 +353,9 @@ def from_dense(
       ``torch.int32 [total_q, W]`` bit pattern on ``qo_indptr``'s device.
 
     Raises:
-      TypeError: float inputs or non-tensors. ValueError: shapes inconsistent
-      with ``qo_indptr``, ``q_len_i > 1024``.
+      TypeError: float inputs or non-tensors, ``max_q_len`` not an integer.
+      ValueError: shapes inconsistent with ``qo_indptr``, ``q_len_i > 1024``,
+      ``max_q_len`` outside ``[0, 1024]`` or below the longest request.
 
     No check is made that the matrix is a tree (any visibility pattern is
     representable and the kernel applies it as given).
@@ -333,10 +365,7 @@ def from_dense(
     _validate_indptr_values(qo_indptr, total_q)
     padded = _dense_to_padded(ancestor_bool, qo_indptr)
     real_max = _max_q_len_host(qo_indptr)
-    if max_q_len is None:
-        max_q_len = real_max
-    if max_q_len < real_max:
-        raise ValueError(f"max_q_len: {max_q_len} is smaller than the longest request ({real_max})")
+    max_q_len = _check_max_q_len(max_q_len, real_max)
     num_words = mask_words(max_q_len)
     device = padded.device
     qo = qo_indptr.to(device)
@@ -424,15 +453,19 @@ def from_sglang_full_mask(
       prefix_lens: ``[B]`` int tensor, the committed prefix length of each request
         (SGLang's ``seq_lens`` during target verify, which excludes the drafts).
       max_q_len: width bound (default: the real max, a host sync).
-      mask_indptr: optional ``[B + 1]`` per-request start offsets (SGLang's
-        ``mask_indptr``); computed from the lengths when None.
+      mask_indptr: optional ``[B + 1]`` integer tensor of per-request start
+        offsets (SGLang's ``mask_indptr``, each ``>= 0``); computed from the
+        lengths when None.
 
     Returns:
       ``torch.int32 [total_q, W]`` on ``custom_mask``'s device.
 
     Raises:
-      TypeError: wrong dtypes. ValueError: shapes inconsistent, buffer too small,
-      negative prefix lengths.
+      TypeError: wrong dtypes (``mask_indptr`` not an integer tensor),
+      ``max_q_len`` not an integer. ValueError: shapes inconsistent, buffer too
+      small (every request's block must lie in it), negative prefix lengths or
+      ``mask_indptr`` offsets, ``max_q_len`` outside ``[0, 1024]`` or below the
+      longest request.
     """
     flat = _as_flat_bool(custom_mask, "custom_mask")
     _check_indptr(qo_indptr)
@@ -453,17 +486,21 @@ def from_sglang_full_mask(
     if mask_indptr is None:
         starts = torch.cumsum(sizes, 0) - sizes
     else:
+        if not isinstance(mask_indptr, torch.Tensor):
+            raise TypeError(f"mask_indptr: expected an integer tensor [{B} + 1], got {type(mask_indptr).__name__}")
+        if mask_indptr.is_floating_point() or mask_indptr.is_complex() or mask_indptr.dtype == torch.bool:
+            raise TypeError(f"mask_indptr: expected an integer tensor, got {mask_indptr.dtype}")
         if mask_indptr.dim() != 1 or mask_indptr.numel() < B:
             raise ValueError(f"mask_indptr: expected shape [{B} + 1], got {tuple(mask_indptr.shape)}")
         starts = mask_indptr[:B].to(device=device, dtype=torch.int64)
+        if B and bool((starts < 0).any()):
+            i = int(torch.nonzero(starts < 0)[0, 0])
+            raise ValueError(f"mask_indptr: entry {i} is {int(starts[i])}; offsets must be >= 0")
     needed = int((starts + sizes).max()) if B else 0
     if flat.numel() < needed:
         raise ValueError(f"custom_mask: has {flat.numel()} entries, the layout needs {needed}")
     real_max = int(q_lens.max()) if B else 0
-    if max_q_len is None:
-        max_q_len = real_max
-    if max_q_len < real_max:
-        raise ValueError(f"max_q_len: {max_q_len} is smaller than the longest request ({real_max})")
+    max_q_len = _check_max_q_len(max_q_len, real_max)
     num_words = mask_words(max_q_len)
     if total_q == 0:
         return torch.zeros((0, num_words), dtype=torch.int32, device=device)
@@ -501,7 +538,9 @@ def from_sglang_qlen_only(
       ``torch.int32 [total_q, W]`` on ``mask``'s device.
 
     Raises:
-      TypeError: wrong dtypes. ValueError: buffer too small, bad ``qo_indptr``.
+      TypeError: wrong dtypes, ``max_q_len`` not an integer. ValueError: buffer
+      too small, bad ``qo_indptr``, ``max_q_len`` outside ``[0, 1024]`` or below
+      the longest request.
     """
     flat = _as_flat_bool(mask, "mask")
     _check_indptr(qo_indptr)
@@ -516,10 +555,7 @@ def from_sglang_qlen_only(
     if flat.numel() < needed:
         raise ValueError(f"mask: has {flat.numel()} entries, the QLEN_ONLY layout needs {needed}")
     real_max = int(q_lens.max()) if q_lens.numel() else 0
-    if max_q_len is None:
-        max_q_len = real_max
-    if max_q_len < real_max:
-        raise ValueError(f"max_q_len: {max_q_len} is smaller than the longest request ({real_max})")
+    max_q_len = _check_max_q_len(max_q_len, real_max)
     num_words = mask_words(max_q_len)
     if total_q == 0:
         return torch.zeros((0, num_words), dtype=torch.int32, device=device)
@@ -544,13 +580,20 @@ def from_sglang_qlen_bitpacked(
     our word layout for the first 32 columns.
 
     Returns ``torch.int32 [total_q, W]``.
+
+    Raises:
+      TypeError: ``mask`` not an integer tensor, bad ``qo_indptr`` type,
+      ``max_q_len`` not an integer. ValueError: ``mask`` not ``[total_q]`` /
+      ``[total_q, nbytes]`` (a 0-d tensor included) or too narrow, bad
+      ``qo_indptr``, ``max_q_len`` outside ``[0, 1024]`` or below the longest
+      request.
     """
     if not isinstance(mask, torch.Tensor) or mask.is_floating_point() or mask.dtype == torch.bool:
         raise TypeError("mask: expected an integer tensor (uint8/int16/uint16/int32/uint32)")
     _check_indptr(qo_indptr)
     total_q = int(qo_indptr[-1])
     _validate_indptr_values(qo_indptr, total_q)
-    if mask.shape[0] < total_q or mask.dim() not in (1, 2):
+    if mask.dim() not in (1, 2) or mask.shape[0] < total_q:
         raise ValueError(f"mask: expected [total_q={total_q}] or [total_q, nbytes], got {tuple(mask.shape)}")
     m = mask[:total_q].contiguous()
     by = m.view(torch.uint8).reshape(total_q, -1).to(torch.int64)
@@ -560,8 +603,7 @@ def from_sglang_qlen_bitpacked(
     real_max = _max_q_len_host(qo_indptr)
     if real_max > 8 * nbytes:
         raise ValueError(f"mask: {nbytes} bytes per row cannot hold {real_max} draft tokens")
-    if max_q_len is None:
-        max_q_len = real_max
+    max_q_len = _check_max_q_len(max_q_len, real_max)
     num_words = mask_words(max_q_len)
     word = (by << (8 * torch.arange(nbytes, device=by.device, dtype=torch.int64))).sum(dim=1)
     req, local = _row_request_and_local(qo_indptr.to(by.device), total_q)
@@ -584,12 +626,20 @@ def to_dense(bits: torch.Tensor, qo_indptr: torch.Tensor) -> List[torch.Tensor]:
     Returns: list of bool tensors on ``bits``' device (entry ``[t, c]`` True iff
     draft token ``c`` is visible to draft token ``t``). Bits at ``c >= q_len_i``
     are ignored. Host sync (meant for tests and debugging).
+
+    Raises:
+      TypeError: ``bits`` not an int32/uint32 tensor, ``qo_indptr`` not an
+      integer tensor. ValueError: ``bits`` not 2-D or too narrow, ``qo_indptr``
+      not starting at 0, decreasing, or not ending at ``bits.shape[0]``.
     """
     _check_indptr(qo_indptr)
+    if not isinstance(bits, torch.Tensor):
+        raise TypeError(f"bits: expected a torch.Tensor, got {type(bits).__name__}")
     if bits.dtype not in (torch.int32, getattr(torch, "uint32", torch.int32)):
         raise TypeError(f"bits: expected dtype torch.int32 or torch.uint32, got {bits.dtype}")
     if bits.dim() != 2:
         raise ValueError(f"bits: expected [total_q, W], got {tuple(bits.shape)}")
+    _validate_indptr_order(qo_indptr)
     dense = _unpack_words(bits)
     ind = qo_indptr.tolist()
     if ind[-1] != bits.shape[0]:
@@ -613,15 +663,22 @@ def causal(
     """Compact mask of a chain (draft ``t`` sees drafts ``0..t``) for every request.
 
     Equivalent to ``mask_mode = VA_MASK_CAUSAL``; useful to exercise the tree path
-    with a chain. No host sync when ``max_q_len`` is given. Returns
-    ``torch.int32 [total_q, W]``; ``total_q`` is read from ``qo_indptr[-1]`` (a sync).
+    with a chain. Returns ``torch.int32 [total_q, W]``. Reads ``qo_indptr`` on
+    the host (``total_q = qo_indptr[-1]`` and the checks below), a device->host
+    sync even when ``max_q_len`` is given: build it outside CUDA graph capture.
+
+    Raises:
+      TypeError: ``qo_indptr`` not an int32/int64 tensor, ``max_q_len`` not an
+      integer. ValueError: ``qo_indptr`` not 1-D, not starting at 0, decreasing,
+      or a ``q_len_i > 1024``; ``max_q_len`` outside ``[0, 1024]`` or below the
+      longest request.
     """
     _check_indptr(qo_indptr)
     device = qo_indptr.device if device is None else torch.device(device)
     ind = qo_indptr.to(device=device, dtype=torch.int64)
     total_q = int(ind[-1])
-    if max_q_len is None:
-        max_q_len = _max_q_len_host(ind)
+    _validate_indptr_values(ind, total_q)
+    max_q_len = _check_max_q_len(max_q_len, _max_q_len_host(ind))
     num_words = mask_words(max_q_len)
     if total_q == 0:
         return torch.zeros((0, num_words), dtype=torch.int32, device=device)
