@@ -230,3 +230,72 @@ def test_paged_reference_names_kv_len_when_shorter_than_q_len():
     kv_len = torch.tensor([4, 2], dtype=torch.int32)
     with pytest.raises(ValueError, match=r"^kv_len: request 1 has kv_len 2 < q_len 3"):
         reference_attention_paged(q, k, k, qo, kv_indptr, kv_indices, kv_len, causal=True)
+
+
+# ---------------------------------------------------------------------------
+# new-user review: the reference's documented ValueErrors, naming the argument
+
+
+def _paged_case():
+    q = torch.randn(6, 2, 8, dtype=torch.float64)
+    k = torch.randn(4, 4, 1, 8, dtype=torch.float64)  # 4 pages of 4 slots
+    return dict(q=q, k_cache=k, v_cache=k, qo_indptr=torch.tensor([0, 2, 6], dtype=torch.int32),
+                kv_indptr=torch.tensor([0, 2, 4], dtype=torch.int32),
+                kv_indices=torch.tensor([0, 1, 2, 3], dtype=torch.int32),
+                kv_len=torch.tensor([5, 8], dtype=torch.int32))
+
+
+def _paged(a, **kw):
+    return reference_attention_paged(a["q"], a["k_cache"], a["v_cache"], a["qo_indptr"], a["kv_indptr"],
+                                     a["kv_indices"], a["kv_len"], **kw)
+
+
+def test_paged_reference_qo_indptr_not_covering_q_is_refused():
+    """qo_indptr [0, 4, 5] for 6 rows: row 5 would silently be 0 / -inf."""
+    a = _paged_case()
+    a["qo_indptr"] = torch.tensor([0, 4, 5], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"^qo_indptr: must start at 0, be non-decreasing and end at "
+                                         r"q.shape\[0\] = 6; got first 0, last 5"):
+        _paged(a, causal=True)
+    out, lse = _paged(_paged_case(), causal=True)  # the valid case runs
+    assert bool(torch.isfinite(lse).all())
+
+
+def test_flat_reference_index_errors():
+    q = torch.randn(6, 2, 8, dtype=torch.float64)
+    k = torch.randn(14, 1, 8, dtype=torch.float64)
+    qo = torch.tensor([0, 2, 6], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"^qo_indptr: must start at 0.*decreasing at request 1"):
+        reference_attention_flat(q, k, k, torch.tensor([0, 7, 6], dtype=torch.int32),
+                                 torch.tensor([0, 5, 14], dtype=torch.int32), causal=True)
+    with pytest.raises(ValueError, match=r"^kv_indptr: must start at >= 0, be non-decreasing and end within "
+                                         r"the 14 KV rows; got first 0, last 15"):
+        reference_attention_flat(q, k, k, qo, torch.tensor([0, 5, 15], dtype=torch.int32), causal=True)
+
+
+def test_reference_tree_mask_with_too_few_rows():
+    a = _paged_case()
+    tm = masks.causal(a["qo_indptr"])[:4]
+    with pytest.raises(ValueError, match=r"^tree_mask: expected shape \[total_q=6, W >= 1\], got \(4, 1\)"):
+        _paged(a, tree_mask=tm)
+
+
+def test_paged_reference_kv_len_of_wrong_length_names_kv_len():
+    a = _paged_case()
+    a["kv_len"] = torch.tensor([5, 8, 3], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"^kv_len: expected shape \[2\] \(batch size, from qo_indptr\), got \(3,\)"):
+        _paged(a, causal=True)
+    a = _paged_case()
+    a["kv_indptr"] = torch.tensor([0, 2], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"^kv_indptr: expected shape \[3\]"):
+        _paged(a, causal=True)
+
+
+@pytest.mark.parametrize("value,exc,match", [
+    ("abc", TypeError, r"^sm_scale: expected a number, got str 'abc'"),
+    (10**400, ValueError, r"^sm_scale: int value out of the float range"),
+    (float("inf"), ValueError, r"^sm_scale: must be finite"),
+], ids=["str", "huge_int", "inf"])
+def test_reference_sm_scale_named(value, exc, match):
+    with pytest.raises(exc, match=match):
+        _paged(_paged_case(), causal=True, sm_scale=value)

@@ -25,6 +25,7 @@ from typing import Optional, Tuple
 import torch
 
 from . import masks as _masks
+from ._args import as_float, as_int
 
 __all__ = [
     "gather_paged_kv",
@@ -127,6 +128,37 @@ def _check_mask_mode(tree_mask, causal):
         raise ValueError("tree_mask: pass exactly one of tree_mask and causal=True")
 
 
+def _check_index_lists(qo, kvp, total_q, kv_rows):
+    """qo_indptr covers q exactly; kv_indptr is in range and non-decreasing (host lists)."""
+    if len(qo) < 1:
+        raise ValueError("qo_indptr: expected shape [B + 1] with B >= 0, got an empty tensor")
+    if len(qo) != len(kvp):
+        raise ValueError(f"kv_indptr: length {len(kvp)} != qo_indptr length {len(qo)}")
+    bad = next((i for i in range(len(qo) - 1) if qo[i + 1] < qo[i]), None)
+    if qo[0] != 0 or qo[-1] != total_q or bad is not None:
+        detail = "" if bad is None else f", decreasing at request {bad}"
+        raise ValueError(
+            f"qo_indptr: must start at 0, be non-decreasing and end at q.shape[0] = {total_q}; "
+            f"got first {qo[0]}, last {qo[-1]}{detail}"
+        )
+    bad = next((i for i in range(len(kvp) - 1) if kvp[i + 1] < kvp[i]), None)
+    if kvp[0] < 0 or kvp[-1] > kv_rows or bad is not None:
+        detail = "" if bad is None else f", decreasing at request {bad}"
+        raise ValueError(
+            f"kv_indptr: must start at >= 0, be non-decreasing and end within the {kv_rows} KV rows; "
+            f"got first {kvp[0]}, last {kvp[-1]}{detail}"
+        )
+
+
+def _check_tree_mask_shape(tree_mask, total_q):
+    if tree_mask is None:
+        return
+    if not isinstance(tree_mask, torch.Tensor):
+        raise TypeError(f"tree_mask: expected a torch.Tensor, got {type(tree_mask).__name__}")
+    if tree_mask.dim() != 2 or tree_mask.shape[0] != total_q or tree_mask.shape[1] < 1:
+        raise ValueError(f"tree_mask: expected shape [total_q={total_q}, W >= 1], got {tuple(tree_mask.shape)}")
+
+
 def reference_attention_flat(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -160,29 +192,39 @@ def reference_attention_flat(
       natural log.
 
     Raises:
-      ValueError: inconsistent shapes, ``kv_len_i < q_len_i``, both/neither of
-      ``tree_mask``/``causal``.
+      TypeError: ``sm_scale`` not a number, ``head_dim_vo`` not an integer,
+      ``tree_mask`` not a tensor.
+      ValueError: inconsistent shapes (``qo_indptr`` not starting at 0,
+      decreasing or not ending at ``q.shape[0]``; ``kv_indptr`` of another
+      length, decreasing or past the KV rows; ``tree_mask`` not
+      ``[total_q, W]``), ``kv_len_i < q_len_i``, both/neither of
+      ``tree_mask``/``causal``, a non-finite ``sm_scale``; each message starts
+      with the argument's name.
     """
     _check_mask_mode(tree_mask, causal)
+    if q.dim() != 3:
+        raise ValueError(f"q: expected shape [total_q, H, D_qk], got {tuple(q.shape)}")
     total_q, H, d_qk = q.shape
+    _check_tree_mask_shape(tree_mask, total_q)
     Hkv = k.shape[1]
     if H % Hkv:
         raise ValueError(f"k: {Hkv} KV heads do not divide {H} query heads")
     G = H // Hkv
     if v is None:
-        d_vo = 512 if head_dim_vo is None else int(head_dim_vo)
+        d_vo = 512 if head_dim_vo is None else as_int(head_dim_vo, "head_dim_vo")
         if d_vo > k.shape[2]:
             raise ValueError(f"head_dim_vo: {d_vo} > head_dim_qk {k.shape[2]} (MLA value is a prefix of K)")
     else:
         d_vo = v.shape[2]
-        if head_dim_vo is not None and int(head_dim_vo) != d_vo:
+        if head_dim_vo is not None and as_int(head_dim_vo, "head_dim_vo") != d_vo:
             raise ValueError(f"head_dim_vo: {head_dim_vo} != v.shape[-1] = {d_vo}")
-    scale = 1.0 / math.sqrt(d_qk) if sm_scale is None else float(sm_scale)
+    scale = 1.0 / math.sqrt(d_qk) if sm_scale is None else as_float(sm_scale, "sm_scale")
+    if not math.isfinite(scale):
+        raise ValueError(f"sm_scale: must be finite, got {sm_scale}")
     device = q.device
     qo = qo_indptr.tolist()
     kvp = kv_indptr.tolist()
-    if len(qo) != len(kvp):
-        raise ValueError(f"kv_indptr: length {len(kvp)} != qo_indptr length {len(qo)}")
+    _check_index_lists(qo, kvp, total_q, k.shape[0])
     out = torch.zeros((total_q, H, d_vo), dtype=compute_dtype, device=device)
     lse = torch.full((total_q, H), float("-inf"), dtype=compute_dtype, device=device)
     for i in range(len(qo) - 1):
@@ -237,9 +279,17 @@ def reference_attention_paged(
     ``compute_dtype``.
 
     Raises:
-      ValueError: as :func:`gather_paged_kv` and :func:`reference_attention_flat`;
-      ``kv_len_i < q_len_i`` is reported against ``kv_len``.
+      TypeError / ValueError: as :func:`gather_paged_kv` and
+      :func:`reference_attention_flat` (a ``qo_indptr`` that does not cover
+      ``q`` included); ``kv_len`` not ``[B]`` and ``kv_len_i < q_len_i`` are
+      reported against ``kv_len``, ``kv_indptr`` not ``[B + 1]`` against
+      ``kv_indptr`` (``B`` from ``qo_indptr``).
     """
+    B = qo_indptr.numel() - 1
+    if kv_len.dim() != 1 or kv_len.numel() != B:
+        raise ValueError(f"kv_len: expected shape [{B}] (batch size, from qo_indptr), got {tuple(kv_len.shape)}")
+    if kv_indptr.dim() != 1 or kv_indptr.numel() != B + 1:
+        raise ValueError(f"kv_indptr: expected shape [{B + 1}] (like qo_indptr), got {tuple(kv_indptr.shape)}")
     ql = (qo_indptr[1:] - qo_indptr[:-1]).to("cpu", torch.int64)
     kl = kv_len.to("cpu", torch.int64)
     if ql.numel() == kl.numel():
@@ -297,7 +347,7 @@ def reference_attention_bruteforce(
     Hkv = kk.shape[1]
     G = H // Hkv
     d_vo = (512 if head_dim_vo is None else int(head_dim_vo)) if v is None else vv.shape[2]
-    scale = 1.0 / math.sqrt(d_qk) if sm_scale is None else float(sm_scale)
+    scale = 1.0 / math.sqrt(d_qk) if sm_scale is None else as_float(sm_scale, "sm_scale")
     qo = [int(x) for x in qo_indptr.tolist()]
     kvp = [int(x) for x in kv_indptr.tolist()]
     idx = [int(x) for x in kv_indices.tolist()] if paged else None
