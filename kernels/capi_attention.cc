@@ -4,6 +4,7 @@
 // bad input. No host synchronization and no allocation (graph-capturable).
 #include <cuda_runtime_api.h>
 
+#include <cfloat>
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
@@ -91,8 +92,14 @@ va_status validate_config(const va_params* p) {
   if (!std::isfinite(p->sm_scale) || !(p->sm_scale > 0.f))
     return va_fail(VA_ERR_INVALID_VALUE, "sm_scale: must be finite and > 0 (got %g)",
                    static_cast<double>(p->sm_scale));
+  // The kernels scale by sm_scale * log2(e) (base-2 softmax): that must stay finite.
+  if (p->sm_scale > FLT_MAX / 1.4426950408889634f)
+    return va_fail(VA_ERR_INVALID_VALUE, "sm_scale: must be <= %g (sm_scale * log2(e) overflows) (got %g)",
+                   static_cast<double>(FLT_MAX / 1.4426950408889634f), static_cast<double>(p->sm_scale));
   if (p->num_splits < 0)
     return va_fail(VA_ERR_INVALID_VALUE, "num_splits: must be >= 0 (got %d)", p->num_splits);
+  if (p->num_splits > 65535)  // before planning: no device needed to refuse it
+    return va_fail(VA_ERR_INVALID_VALUE, "num_splits: at most 65535 (got %d)", p->num_splits);
   if (p->kv_layout == VA_KV_PAGED) {
     if (p->page_size < 1)
       return va_fail(VA_ERR_INVALID_VALUE, "page_size: must be >= 1 (got %d)", p->page_size);
@@ -142,6 +149,36 @@ va_status check_stride(int64_t s, const char* name) {
     if (st_ != VA_OK) return st_;   \
   } while (0)
 
+// An output [n_tok, n_head, inner] (inner elements contiguous) whose strides
+// give every element its own address: taken in increasing order, each stride
+// must exceed the largest offset the smaller dimensions reach. The kernels
+// write every element; overlapping rows would race.
+va_status check_no_overlap(int64_t s_tok, const char* tok_name, int64_t s_head, const char* head_name,
+                           int64_t n_tok, int64_t n_head, int64_t inner) {
+  struct Dim {
+    int64_t stride, n;
+    const char* name;
+  } d[2] = {{s_tok, n_tok, tok_name}, {s_head, n_head, head_name}};
+  if (d[1].stride < d[0].stride) {
+    const Dim t = d[0];
+    d[0] = d[1];
+    d[1] = t;
+  }
+  int64_t extent = inner - 1;  // offsets reached inside one row
+  for (const Dim& x : d) {
+    if (x.n <= 1) continue;
+    if (x.stride <= extent)
+      return va_fail(VA_ERR_INVALID_STRIDE,
+                     "%s: %lld makes elements overlap (strides %lld, %lld over [%lld, %lld, %lld]: "
+                     "an output needs one address per element)",
+                     x.name, static_cast<long long>(x.stride), static_cast<long long>(s_tok),
+                     static_cast<long long>(s_head), static_cast<long long>(n_tok),
+                     static_cast<long long>(n_head), static_cast<long long>(inner));
+    extent += x.stride * (x.n - 1);
+  }
+  return VA_OK;
+}
+
 // Buffers and strides (only when there is work to do).
 va_status validate_buffers(const va_params* p) {
   const bool mla = p->v_is_k_prefix == 1;
@@ -183,6 +220,8 @@ va_status validate_buffers(const va_params* p) {
   }
   VA_RETURN_IF(check_stride(p->out_stride_token, "out_stride_token"));
   VA_RETURN_IF(check_stride(p->out_stride_head, "out_stride_head"));
+  VA_RETURN_IF(check_no_overlap(p->out_stride_token, "out_stride_token", p->out_stride_head,
+                                "out_stride_head", p->total_q, p->num_qo_heads, p->head_dim_vo));
   if (p->lse != nullptr) {
     if (p->lse_stride_token < 0)
       return va_fail(VA_ERR_INVALID_STRIDE, "lse_stride_token: must be >= 0 (got %lld)",
@@ -190,6 +229,8 @@ va_status validate_buffers(const va_params* p) {
     if (p->lse_stride_head < 0)
       return va_fail(VA_ERR_INVALID_STRIDE, "lse_stride_head: must be >= 0 (got %lld)",
                      static_cast<long long>(p->lse_stride_head));
+    VA_RETURN_IF(check_no_overlap(p->lse_stride_token, "lse_stride_token", p->lse_stride_head,
+                                  "lse_stride_head", p->total_q, p->num_qo_heads, 1));
   }
   return VA_OK;
 }

@@ -81,7 +81,10 @@ typedef struct va_params {
   int32_t mask_mode;     /* va_mask_mode */
 
   int32_t batch_size;    /* B >= 0 requests */
-  int32_t total_q;       /* qo_indptr[B]; rows of q/out/lse/tree_mask */
+  int32_t total_q;       /* rows of q/out/lse/tree_mask; qo_indptr[0] = 0 and
+                            qo_indptr[B] <= total_q (rows past qo_indptr[B]
+                            are unused capacity, e.g. a CUDA graph planned for
+                            more rows: never written) */
   int32_t max_q_len;     /* host upper bound of any q_len_i (<= 1024) */
   int64_t max_kv_len;    /* host upper bound of any kv_len_i (planning) */
 
@@ -90,7 +93,7 @@ typedef struct va_params {
   int32_t head_dim_qk;
   int32_t head_dim_vo;
   int32_t v_is_k_prefix; /* 1 = MLA: value = first head_dim_vo of K row */
-  float sm_scale;
+  float sm_scale;        /* > 0, and sm_scale * log2(e) a finite float */
 
   /* q: [total_q, num_qo_heads, head_dim_qk] */
   const void* q;
@@ -100,7 +103,8 @@ typedef struct va_params {
   int64_t k_stride_page, k_stride_token, k_stride_head;
   const void* v;
   int64_t v_stride_page, v_stride_token, v_stride_head;
-  /* out: [total_q, num_qo_heads, head_dim_vo] */
+  /* out: [total_q, num_qo_heads, head_dim_vo]; strides must give every
+     element its own address (checked: VA_ERR_INVALID_STRIDE), as for lse */
   void* out;
   int64_t out_stride_token, out_stride_head;
   /* lse: optional fp32 [total_q, num_qo_heads], natural log */
@@ -118,7 +122,7 @@ typedef struct va_params {
   const uint32_t* tree_mask; /* VA_MASK_TREE: [total_q, mask_words] */
   int32_t mask_words;        /* >= ceil(max_q_len / 32) */
 
-  int32_t num_splits;        /* 0 = automatic; >= 1 forces split-K count */
+  int32_t num_splits;        /* 0 = automatic; 1 .. 65535 forces split-K count */
   void* workspace;           /* device scratch, >= va_workspace_size() bytes */
   size_t workspace_bytes;
 

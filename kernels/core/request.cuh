@@ -44,13 +44,13 @@ __device__ __forceinline__ int request_tile(const KernelParams& p, const Loader&
     if (first_cta) report_error(p.error_word, kErrQoIndptr, req, q_end, -1);
     return kRequestSkip;
   }
-  // The requests must cover q exactly (what the host checks when it reads
-  // qo_indptr): rows before qo_indptr[0] or past qo_indptr[B] belong to no
-  // CTA and would be left unwritten. Flagged; the requests themselves run.
+  // qo_indptr[0] must be 0 (what the host checks when it reads qo_indptr):
+  // rows before it belong to no CTA and would be left unwritten. Flagged; the
+  // requests themselves run. Rows past qo_indptr[B] are allowed: they are a
+  // plan's unused capacity (TreeAttentionPlan, CUDA-graph replay with fewer
+  // rows) and are left untouched.
   if (first_cta && req == 0 && q_start != 0)
     report_error(p.error_word, kErrQoIndptr, 0, q_start, -1);
-  if (first_cta && req == static_cast<int>(gridDim.x) / p.num_kv_heads - 1 && q_end != p.total_q)
-    report_error(p.error_word, kErrQoIndptr, req, q_end, -1);
   t->q_start = q_start;
   t->q_len = q_end - q_start;
   t->R = t->q_len * p.group;

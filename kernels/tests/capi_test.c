@@ -130,6 +130,31 @@ int main(void) {
   CASE("q stride", p.q_stride_token = 577, VA_ERR_INVALID_STRIDE, "q_stride_token");
   CASE("k stride", p.k_stride_token = -8, VA_ERR_INVALID_STRIDE, "k_stride_token");
   CASE("out stride", p.out_stride_head = 4, VA_ERR_INVALID_STRIDE, "out_stride_head");
+  /* outputs whose strides map two elements to one address */
+  CASE("out rows overlap", p.out_stride_token = 0, VA_ERR_INVALID_STRIDE, "out_stride_token");
+  CASE("out heads overlap", p.out_stride_head = 256, VA_ERR_INVALID_STRIDE, "out_stride_head");
+  CASE("out token and head strides equal", (p.out_stride_token = 512, p.out_stride_head = 512),
+       VA_ERR_INVALID_STRIDE, "out_stride_head");
+  CASE("lse rows overlap",
+       (p.lse = (float*)FAKE(0x70000), p.lse_stride_token = 0, p.lse_stride_head = 1),
+       VA_ERR_INVALID_STRIDE, "lse_stride_token");
+  CASE("sm_scale overflow", p.sm_scale = 3.0e38f, VA_ERR_INVALID_VALUE, "sm_scale");
+  CASE("num_splits 65536", p.num_splits = 65536, VA_ERR_INVALID_VALUE, "num_splits");
+  /* head-major outputs ([H, T, D] in memory) are fine: validation passes,
+     then it depends on the device */
+  p = valid_mla();
+  p.out_stride_head = 20 * 512;
+  p.out_stride_token = 512;
+  p.lse = (float*)FAKE(0x70000);
+  p.lse_stride_head = 20;
+  p.lse_stride_token = 1;
+  s = va_workspace_size(&p, &bytes);
+  if (s == VA_OK || s == VA_ERR_NO_DEVICE) {
+    ++g_passed;
+  } else {
+    ++g_failed;
+    printf("FAIL head-major out/lse: %s %s\n", va_status_name(s), va_last_error_message());
+  }
 
   /* Empty work is valid and launches nothing (no device needed). */
   p = valid_mla();
