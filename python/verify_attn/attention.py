@@ -40,7 +40,9 @@ argument and the request. Device-side data the host never reads (page ids in
 an out-of-range index is never dereferenced, the request's output is invalid
 (NaN), and the device's error word records it; :func:`verify_attn.check_errors`
 raises :class:`verify_attn.KernelInputError` naming the request and the index
-(``verify_attn.set_debug(True)`` / ``VERIFY_ATTN_DEBUG=1``: after every call).
+(``verify_attn.set_debug(True)`` / ``VERIFY_ATTN_DEBUG=1``: after every call
+and every ``TreeAttentionPlan.run()``, except while the current stream is
+capturing a CUDA graph or ``torch.compile`` traces).
 See :mod:`verify_attn.errors`.
 
 Each launch goes through the torch custom ops ``verify_attn::tree_attention``
@@ -933,6 +935,7 @@ def plan_info(
       required`` when only one of the two is given); ImportError without the
       compiled extension; NotImplementedError for an unsupported configuration.
     """
+    return_lse = as_bool(return_lse, "return_lse")
     paged = _is_paged(kv_indices, kv_len)
     ps, d_vo, scale, mq, mkv = _prepare(
         paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tree_mask,
@@ -950,10 +953,16 @@ def plan_info(
             _C, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, layout, ps,
             bool(causal), scale, d_vo, mq, mkv, int(num_splits), out, lse,
         )
-        info = dict(_C.query_config(p))
-        info["workspace_bytes"] = int(_C.workspace_size(p))
-    info["max_q_len"] = mq
-    info["max_kv_len"] = mkv
-    info["kv_layout"] = "paged" if paged else "flat"
+        return _config_info(_C, p, int(_C.workspace_size(p)), mq, mkv)
+
+
+def _config_info(_C, p, workspace_bytes: int, max_q_len: int, max_kv_len: int) -> dict:
+    """The dict of :func:`plan_info` (also ``TreeAttentionPlan.info``) for built params ``p``;
+    call under ``torch.cuda.device`` of the tensors."""
+    info = dict(_C.query_config(p))
+    info["workspace_bytes"] = int(workspace_bytes)
+    info["max_q_len"] = int(max_q_len)
+    info["max_kv_len"] = int(max_kv_len)
+    info["kv_layout"] = "paged" if int(p.kv_layout) == int(_C.KV_PAGED) else "flat"
     info["v_is_k_prefix"] = int(p.v_is_k_prefix)
     return info
