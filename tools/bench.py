@@ -55,6 +55,8 @@ flags.DEFINE_string("plot_out", None, "PNG plot path (default: beside the JSON, 
 flags.DEFINE_integer("page_size", 1, "Page size of the paged cache (1 like SGLang's token pool; 64 option).")
 flags.DEFINE_string("baselines_dir", None, "Staged SGLang kernels and FlashMLA wheel (tools/fetch_baselines.sh); "
                     "default <repo>/.gpu_stage/baselines.")
+# Every name --baselines accepts (build_impls maps each to its adapters).
+KNOWN_BASELINES = ("sglang_extend", "sglang_chain", "flex", "flashinfer", "flashmla", "sglang_backend")
 flags.DEFINE_list("baselines", ["sglang_extend", "sglang_chain", "flex", "flashinfer", "flashmla"],
                   "Baselines to run: sglang_extend, sglang_chain, flex, flashinfer, flashmla (FlashMLA's "
                   "dense decode with causal=True: the causal chain of every MLA row, tree rows too; "
@@ -69,13 +71,13 @@ flags.DEFINE_enum("flex", "auto", ["auto", "all", "none"],
                   "FlexAttention shapes: auto = those tagged 'flex' (bounds torch.compile time), all, none.")
 flags.DEFINE_bool("graph", True, "Also time CUDA-graph replay.")
 flags.DEFINE_bool("rotate", True, "Rotate among several input sets when one would stay in L2.")
-flags.DEFINE_integer("warmup", 3, "Warm-up calls per input set before timing.")
-flags.DEFINE_float("target_ms", 150.0, "Timed work per implementation and mode (sets the call count).")
-flags.DEFINE_integer("min_iters", 5, "Fewest timed calls.")
+flags.DEFINE_integer("warmup", 3, "Warm-up calls per input set before timing (>= 0).")
+flags.DEFINE_float("target_ms", 150.0, "Timed work per implementation and mode (sets the call count; > 0).")
+flags.DEFINE_integer("min_iters", 5, "Fewest timed calls (>= 1, <= --max_iters).")
 flags.DEFINE_integer("max_iters", 200, "Most timed calls.")
 flags.DEFINE_integer("seed", 0, "Seed of the random trees, page tables and values.")
-flags.DEFINE_float("time_budget_s", 0.0, "Stop starting new shapes after this many seconds (0 = no limit); "
-                   "the rest are listed as skipped.")
+flags.DEFINE_float("time_budget_s", None, "Stop starting new shapes after this many seconds (> 0; unset = "
+                   "no limit); the rest are listed as skipped.")
 flags.DEFINE_bool("measure_ceilings", True, "Measure the copy and matmul ceilings (else nominal H200 figures).")
 flags.DEFINE_enum("workload", "synthetic", ["synthetic", "real"],
                   "synthetic: the shape grid; real: the cases of --fixture (tools/capture/fixture.py).")
@@ -130,6 +132,29 @@ def default_paths():
     return json_out, plot_out
 
 
+def flag_errors():
+    """Usage errors in the flags, each naming its flag (checked before anything is
+    measured or the GPU is touched); empty when they are consistent."""
+    errs = []
+    if FLAGS.page_size < 1:
+        errs.append(f"--page_size: must be >= 1 (got {FLAGS.page_size})")
+    if FLAGS.time_budget_s is not None and not FLAGS.time_budget_s > 0:
+        errs.append(f"--time_budget_s: must be > 0 seconds, or left unset for no limit (got {FLAGS.time_budget_s:g})")
+    if FLAGS.warmup < 0:
+        errs.append(f"--warmup: must be >= 0 (got {FLAGS.warmup})")
+    if not FLAGS.target_ms > 0:  # NaN too
+        errs.append(f"--target_ms: must be > 0 (got {FLAGS.target_ms:g})")
+    if FLAGS.min_iters < 1:
+        errs.append(f"--min_iters: must be >= 1 (got {FLAGS.min_iters})")
+    elif FLAGS.min_iters > FLAGS.max_iters:
+        errs.append(f"--min_iters: must be <= --max_iters (got {FLAGS.min_iters} > {FLAGS.max_iters})")
+    unknown = [b for b in FLAGS.baselines if b not in KNOWN_BASELINES]
+    if unknown:
+        errs.append(f"--baselines: unknown {', '.join(map(repr, unknown))}; expected some of "
+                    f"{', '.join(KNOWN_BASELINES)}")
+    return errs
+
+
 def select_shapes():
     from benchlib import shapes as shapes_mod
     from benchlib import workload
@@ -168,9 +193,10 @@ def build_impls(dry_run: bool, baselines_dir: str):
         "sglang_backend": lambda: sglang_backend.adapters(sglang_site()),
     }
     last = []
+    assert set(known) == set(KNOWN_BASELINES)
     for name in FLAGS.baselines:
         if name not in known:
-            raise app.UsageError(f"--baselines: unknown {name!r}; expected some of {sorted(known)}")
+            raise app.UsageError(f"--baselines: unknown {name!r}; expected some of {', '.join(KNOWN_BASELINES)}")
         # The SGLang backends import the real SGLang after sglang_triton has
         # loaded its staged kernels (see sglang_backend's docstring): last.
         (last if name == "sglang_backend" else impls).extend(known[name]())
@@ -179,21 +205,24 @@ def build_impls(dry_run: bool, baselines_dir: str):
 
 def main(argv):
     del argv
-    if FLAGS.page_size < 1:
-        raise app.UsageError("--page_size must be >= 1")
+    errs = flag_errors()
+    if errs:
+        for e in errs:
+            print(f"verify_attn bench: {e}", file=sys.stderr)
+        return 2
     try:
         selected, grid_name = select_shapes()
     except Exception as e:  # noqa: BLE001
         print(f"verify_attn bench: {e}", file=sys.stderr)
+        return 2
+    if not selected:  # with --list too: a filter that matches nothing is a usage error
+        print(f"verify_attn bench: no shape matches --shapes={FLAGS.shapes!r}", file=sys.stderr)
         return 2
     if FLAGS.list:
         for s in selected:
             print(s.name + ("  [" + ",".join(s.tags) + "]" if s.tags else ""))
         print(f"{len(selected)} shapes", file=sys.stderr)
         return 0
-    if not selected:
-        print(f"verify_attn bench: no shape matches --shapes={FLAGS.shapes!r}", file=sys.stderr)
-        return 2
 
     from benchlib import floor, report, runner
 
@@ -289,7 +318,7 @@ def main(argv):
     prog = report.Progress(len(selected), enabled=FLAGS.progress)
     try:
         rows = runner.run_all(selected, impls, opts, ceil, on_row=on_row, progress=prog,
-                              time_budget_s=FLAGS.time_budget_s)
+                              time_budget_s=FLAGS.time_budget_s or 0.0)
     finally:
         prog.close()
     report.write_json(json_out, payload(rows, finished=time.strftime("%Y-%m-%d %H:%M:%S")))

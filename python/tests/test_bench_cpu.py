@@ -885,3 +885,62 @@ def test_bench_baselines_flag_flashmla(tmp_path):
         assert impls[-1].computes == "chain" and impls[-1].competitor
     finally:
         bench.FLAGS.unparse_flags()
+
+
+# ---------------------------------------------------------------------------
+# flag validation: usage errors up front (rc 2, naming the flag), before any
+# shape is selected, a ceiling measured or the GPU touched
+
+
+@pytest.mark.parametrize("args,match", [
+    (["--time_budget_s=-5"], "--time_budget_s: must be > 0"),
+    (["--time_budget_s=0"], "--time_budget_s: must be > 0"),
+    (["--time_budget_s=nan"], "--time_budget_s: must be > 0"),
+    (["--warmup=-1"], "--warmup: must be >= 0"),
+    (["--target_ms=0"], "--target_ms: must be > 0"),
+    (["--target_ms=-3"], "--target_ms: must be > 0"),
+    (["--target_ms=nan"], "--target_ms: must be > 0"),
+    (["--min_iters=0"], "--min_iters: must be >= 1"),
+    (["--min_iters=50", "--max_iters=10"], "--min_iters: must be <= --max_iters"),
+    (["--baselines=flex,nope"], "--baselines: unknown 'nope'; expected some of sglang_extend, sglang_chain, "
+                                "flex, flashinfer, flashmla, sglang_backend"),
+    (["--page_size=0"], "--page_size: must be >= 1"),
+])
+def test_bench_flag_errors(args, match):
+    bench = _bench_module()
+    try:
+        bench.FLAGS(["bench"] + args)
+        errs = bench.flag_errors()
+        assert len(errs) == 1 and errs[0].startswith(match), errs
+    finally:
+        bench.FLAGS.unparse_flags()
+
+
+def test_bench_default_flags_are_valid():
+    bench = _bench_module()
+    try:
+        bench.FLAGS(["bench"])
+        assert bench.flag_errors() == []
+        assert bench.FLAGS.time_budget_s is None  # unset: no limit
+        bench.FLAGS(["bench", "--time_budget_s=150", "--warmup=0", "--min_iters=7", "--max_iters=7",
+                     "--baselines=sglang_backend,flashmla"])
+        assert bench.flag_errors() == []
+    finally:
+        bench.FLAGS.unparse_flags()
+
+
+@pytest.mark.parametrize("args,match", [
+    (["--warmup=-1", "--shapes=mla B1 H16 T16 L4k"], "verify_attn bench: --warmup: must be >= 0 (got -1)"),
+    (["--baselines=nope", "--shapes=mla B1 H16 T16 L4k"], "verify_attn bench: --baselines: unknown 'nope'"),
+    (["--dry_run", "--min_iters=9", "--max_iters=3"], "verify_attn bench: --min_iters: must be <= --max_iters"),
+    (["--list", "--warmup=-1"], "verify_attn bench: --warmup: must be >= 0"),
+    (["--list", "--shapes=garbage"], "verify_attn bench: no shape matches --shapes='garbage'"),
+    (["--shapes=garbage"], "verify_attn bench: no shape matches --shapes='garbage'"),
+])
+def test_bench_usage_errors_exit_2_naming_the_flag(tmp_path, args, match):
+    r = _run_bench(args, tmp_path)
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    assert match in r.stderr, r.stderr[-2000:]
+    assert "needs an NVIDIA GPU" not in r.stderr  # refused before the device is looked at
+    assert "USAGE" not in r.stderr and "verify_attn benchmark" not in r.stderr  # no full usage text
+    assert r.stdout == ""
