@@ -164,7 +164,8 @@ va_status check_no_overlap(int64_t s_tok, const char* tok_name, int64_t s_head, 
     d[0] = d[1];
     d[1] = t;
   }
-  int64_t extent = inner - 1;  // offsets reached inside one row
+  // 128-bit: strides are caller input (a fuzzer found the 64-bit product overflowing).
+  __int128 extent = inner - 1;  // offsets reached inside one row
   for (const Dim& x : d) {
     if (x.n <= 1) continue;
     if (x.stride <= extent)
@@ -174,7 +175,10 @@ va_status check_no_overlap(int64_t s_tok, const char* tok_name, int64_t s_head, 
                      x.name, static_cast<long long>(x.stride), static_cast<long long>(s_tok),
                      static_cast<long long>(s_head), static_cast<long long>(n_tok),
                      static_cast<long long>(n_head), static_cast<long long>(inner));
-    extent += x.stride * (x.n - 1);
+    extent += static_cast<__int128>(x.stride) * (x.n - 1);
+    if (extent > INT64_MAX)
+      return va_fail(VA_ERR_INVALID_STRIDE, "%s: %lld x %lld elements go past the 64-bit address range",
+                     x.name, static_cast<long long>(x.stride), static_cast<long long>(x.n));
   }
   return VA_OK;
 }

@@ -138,6 +138,8 @@ int main(void) {
   CASE("lse rows overlap",
        (p.lse = (float*)FAKE(0x70000), p.lse_stride_token = 0, p.lse_stride_head = 1),
        VA_ERR_INVALID_STRIDE, "lse_stride_token");
+  CASE("out strides past int64", p.out_stride_token = (int64_t)1 << 62, VA_ERR_INVALID_STRIDE,
+       "out_stride_token");
   CASE("sm_scale overflow", p.sm_scale = 3.0e38f, VA_ERR_INVALID_VALUE, "sm_scale");
   CASE("num_splits 65536", p.num_splits = 65536, VA_ERR_INVALID_VALUE, "num_splits");
   /* head-major outputs ([H, T, D] in memory) are fine: validation passes,
