@@ -11,7 +11,8 @@
 # Environment (device): SKIP_SGLANG=1, PYTEST_ARGS (extra pytest args), PYTEST_TARGETS
 # (test paths, default python/tests), SKIP_BENCH=1,
 # SKIP_SANITIZER=1, SKIP_SOAK=1 (SOAK_LAUNCHES, default 10000),
-# SKIP_CHECK_COST=1. Logs go to $OUT when set, packed into $OUT/logs.tar.gz at the end
+# SKIP_CHECK_COST=1, SANITIZERS (the compute-sanitizer tools to run, default
+# "memcheck racecheck initcheck synccheck"). Logs go to $OUT when set, packed into $OUT/logs.tar.gz at the end
 # (the device tool returns only a few files; bench.json/.png stay unpacked).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -75,7 +76,7 @@ device)
     # (over a K tile's block 8) and the producer's cp.async refill of that
     # block, which an mbarrier (empty -> full) orders and racecheck does not
     # model (see BENCHMARKS.md, "sm_90a path").
-    for tool in memcheck racecheck initcheck synccheck; do
+    for tool in ${SANITIZERS:-memcheck racecheck initcheck synccheck}; do
       force=""
       [[ "$tool" == racecheck ]] && force="mla_m64n32_w8_s2"
       (cd /tmp && VERIFY_ATTN_FORCE_CONFIG="$force" PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
