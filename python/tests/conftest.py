@@ -1,6 +1,9 @@
 """pytest configuration shared by the test files."""
 
+import importlib.util
 import os
+
+import pytest
 
 
 def pytest_configure(config):
@@ -13,3 +16,31 @@ def pytest_configure(config):
 
         if not torch.cuda.is_available():
             raise pytest.UsageError("VERIFY_ATTN_REQUIRE_GPU=1 but torch sees no CUDA device")
+
+
+_TOOLS = {}
+
+
+@pytest.fixture(scope="session")
+def load_tool():
+    """``load_tool("ncu_stalls")``: tools/<name>.py as a module, loaded once per
+    session (its absl flags register globally), found beside the tests both in
+    the repository and in Bazel's runfiles (the test target lists the file as
+    data); skips the test when it is not there."""
+
+    def load(name):
+        if name not in _TOOLS:
+            here = os.path.dirname(os.path.abspath(__file__))
+            for base in (here, os.path.dirname(os.path.realpath(__file__))):
+                path = os.path.join(os.path.dirname(os.path.dirname(base)), "tools", name + ".py")
+                if os.path.exists(path):
+                    spec = importlib.util.spec_from_file_location(name, path)
+                    mod = importlib.util.module_from_spec(spec)
+                    spec.loader.exec_module(mod)
+                    _TOOLS[name] = mod
+                    break
+            else:
+                pytest.skip(f"tools/{name}.py not found beside the tests")
+        return _TOOLS[name]
+
+    return load

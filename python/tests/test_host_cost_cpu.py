@@ -2,9 +2,6 @@
 an eager call (validation, dispatch, parameters) against a stub extension and
 puts every stubbed name back afterwards."""
 
-import functools
-import importlib.util
-import os
 
 import pytest
 import torch
@@ -12,21 +9,8 @@ import torch
 from verify_attn import attention, errors
 
 
-@functools.lru_cache(maxsize=None)  # once: its absl flags register globally
-def _load_tool():
-    here = os.path.dirname(os.path.abspath(__file__))
-    for base in (here, os.path.dirname(os.path.realpath(__file__))):
-        path = os.path.join(os.path.dirname(os.path.dirname(base)), "tools", "host_cost.py")
-        if os.path.exists(path):
-            spec = importlib.util.spec_from_file_location("host_cost", path)
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
-            return mod
-    pytest.skip("tools/host_cost.py not found beside the tests")
-
-
-def test_fake_mode_times_the_python_path_and_restores(capsys):
-    tool = _load_tool()
+def test_fake_mode_times_the_python_path_and_restores(capsys, load_tool):
+    tool = load_tool("host_cost")
     tool.FLAGS(["host_cost", "--mode=fake", "--calls=3", "--rounds=2", "--batch=2", "--prefix=40"])
     before = (attention._load_C, attention._check_devices, errors.error_word_ptr, torch.cuda.device,
               torch.cuda.current_stream)
@@ -41,9 +25,9 @@ def test_fake_mode_times_the_python_path_and_restores(capsys):
     assert 0.0 < us < 1e6, line[0]
 
 
-def test_stub_call_really_runs_validation():
+def test_stub_call_really_runs_validation(load_tool):
     """The stubbed call still validates: a bad sm_scale is refused, naming it."""
-    tool = _load_tool()
+    tool = load_tool("host_cost")
     tool.FLAGS(["host_cost", "--mode=fake", "--calls=1", "--rounds=1", "--batch=2", "--prefix=40"])
     undo = tool.stubbed()
     try:

@@ -3,26 +3,10 @@ hand-made export: sample totals, the grouping by what the warps wait for, and
 the ordering of the hottest instructions."""
 
 import csv
-import functools
 import gzip
-import importlib.util
 import io
-import os
 
 import pytest
-
-
-@functools.lru_cache(maxsize=None)  # once: its absl flags register globally
-def _load_tool():
-    here = os.path.dirname(os.path.abspath(__file__))
-    for base in (here, os.path.dirname(os.path.realpath(__file__))):
-        path = os.path.join(os.path.dirname(os.path.dirname(base)), "tools", "ncu_stalls.py")
-        if os.path.exists(path):
-            spec = importlib.util.spec_from_file_location("ncu_stalls", path)
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
-            return mod
-    pytest.skip("tools/ncu_stalls.py not found beside the tests")
 
 
 HEADER = ["Address", "Source", "Warp Stall Sampling (All Samples)",
@@ -52,8 +36,8 @@ def _write(tmp_path, gz):
 
 
 @pytest.mark.parametrize("gz", [False, True])
-def test_summary_groups_and_orders(tmp_path, gz):
-    tool = _load_tool()
+def test_summary_groups_and_orders(tmp_path, gz, load_tool):
+    tool = load_tool("ncu_stalls")
     header, rows = tool.read_rows(_write(tmp_path, gz))
     assert len(rows) == len(ROWS)
     total, by_kind, hot = tool.summarize(header, rows, top=3)
@@ -72,15 +56,15 @@ def test_summary_groups_and_orders(tmp_path, gz):
     assert hot[0]["before"][-1].startswith("SYNCS.PHASECHK")
 
 
-def test_min_share_filters(tmp_path):
-    tool = _load_tool()
+def test_min_share_filters(tmp_path, load_tool):
+    tool = load_tool("ncu_stalls")
     header, rows = tool.read_rows(_write(tmp_path, False))
     _, _, hot = tool.summarize(header, rows, top=10, min_share=0.2)
     assert [h["address"] for h in hot] == ["0x20", "0x40"]
 
 
-def test_rejects_export_without_samples(tmp_path):
-    tool = _load_tool()
+def test_rejects_export_without_samples(tmp_path, load_tool):
+    tool = load_tool("ncu_stalls")
     path = tmp_path / "bad.csv"
     path.write_text('"Address","Source"\n"0x10","NOP"\n')
     with pytest.raises(ValueError, match="SourceCounters"):

@@ -286,19 +286,27 @@ def ensure_error_buffer(device=None) -> None:
     """
     import torch
 
-    if device is not None and not isinstance(device, int):
-        # a non-CUDA device is a ValueError, as in check_errors, before the availability check
-        try:
-            d = torch.device(device)
-        except (RuntimeError, TypeError) as e:
-            raise ValueError("device: expected a CUDA device, got %r (%s)" % (device, e)) from None
-        if d.type != "cuda":
-            raise ValueError("device: expected a CUDA device, got %s" % d)
+    _check_device_arg(device)  # a non-CUDA device is a ValueError, before the availability check
     if not torch.cuda.is_available():
         raise RuntimeError(
             "verify_attn.ensure_error_buffer: needs a CUDA device (torch.cuda.is_available() is False; "
             "torch %s, built with CUDA %s)" % (torch.__version__, torch.version.cuda))
     ErrorState.get(device, create=True)
+
+
+def _check_device_arg(device) -> None:
+    """``device`` (None, an index, or anything ``torch.device`` takes) must name a
+    CUDA device: ValueError naming it otherwise (no CUDA needed to say so)."""
+    if device is None or isinstance(device, int):
+        return
+    import torch
+
+    try:
+        d = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError("device: expected a CUDA device, got %r (%s)" % (device, e)) from None
+    if d.type != "cuda":
+        raise ValueError("device: expected a CUDA device, got %s" % d)
 
 
 def check_errors(device=None) -> None:
@@ -316,15 +324,7 @@ def check_errors(device=None) -> None:
       ValueError: ``device`` is not a CUDA device (checked even before any launch).
       RuntimeError: called while the current stream is capturing a CUDA graph.
     """
-    if device is not None and not isinstance(device, int):
-        import torch
-
-        try:
-            d = torch.device(device)
-        except (RuntimeError, TypeError) as e:
-            raise ValueError("device: expected a CUDA device, got %r (%s)" % (device, e)) from None
-        if d.type != "cuda":
-            raise ValueError("device: expected a CUDA device, got %s" % d)
+    _check_device_arg(device)
     if not ErrorState._states:
         return None  # nothing was ever launched (also: no CUDA at all)
     index = _device_index(device)
