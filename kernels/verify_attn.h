@@ -84,7 +84,8 @@ typedef struct va_params {
   int32_t total_q;       /* rows of q/out/lse/tree_mask; qo_indptr[0] = 0 and
                             qo_indptr[B] <= total_q (rows past qo_indptr[B]
                             are unused capacity, e.g. a CUDA graph planned for
-                            more rows: never written) */
+                            more rows: not computed, their out/lse rows
+                            unspecified afterwards) */
   int32_t max_q_len;     /* host upper bound of any q_len_i (<= 1024) */
   int64_t max_kv_len;    /* host upper bound of any kv_len_i (planning) */
 

@@ -54,6 +54,19 @@ device)
   SITE=/tmp/verify_attn_site
   rm -rf "$SITE"
   "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$STAGE"/verify_attn-*.whl
+  # A wheel staged from an older checkout would test old code against new
+  # tests: refuse it when its Python sources differ from this checkout's.
+  stale=""
+  for f in "$ROOT"/python/verify_attn/*.py; do
+    b="$(basename "$f")"
+    [[ "$b" == _version.py ]] && continue
+    if [[ ! -f "$SITE/verify_attn/$b" ]] || ! cmp -s "$f" "$SITE/verify_attn/$b"; then stale="$stale $b"; fi
+  done
+  if [[ -n "$stale" ]]; then
+    echo "gpu_run device: the staged wheel is not this checkout's (python/verify_attn differs:$stale);" \
+         "run 'tools/gpu_run.sh stage' here and carry .gpu_stage again" >&2
+    exit 2
+  fi
   export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
   export PYTHONUNBUFFERED=1 VERIFY_ATTN_REQUIRE_GPU=1
   export VERIFY_ATTN_WHEEL="$(ls "$STAGE"/verify_attn-*.whl)"

@@ -48,7 +48,8 @@ __device__ __forceinline__ int request_tile(const KernelParams& p, const Loader&
   // rows before it belong to no CTA and would be left unwritten. Flagged; the
   // requests themselves run. Rows past qo_indptr[B] are allowed: they are a
   // plan's unused capacity (TreeAttentionPlan, CUDA-graph replay with fewer
-  // rows) and are left untouched.
+  // rows): not computed; their output rows are unspecified (the split-K merge
+  // rewrites every row of the workspace).
   if (first_cta && req == 0 && q_start != 0)
     report_error(p.error_word, kErrQoIndptr, 0, q_start, -1);
   t->q_start = q_start;

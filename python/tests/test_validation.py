@@ -185,6 +185,7 @@ CASES = [
     # "incompatible function arguments" or a bare OverflowError)
     ("sm_scale_huge_int", "flat", set_(sm_scale=10**400), ValueError, r"^sm_scale: int value out of the float range"),
     ("sm_scale_beyond_float32", "flat", set_(sm_scale=1e39), ValueError, r"^sm_scale: 1e\+39 is beyond the float32 range"),
+    ("sm_scale_times_log2e_overflows", "flat", set_(sm_scale=3.0e38), ValueError, r"^sm_scale: 3e\+38 is beyond the float32 range"),
     ("num_splits_huge", "flat", set_(num_splits=2**40), ValueError, r"^num_splits: at most 65535"),
     ("num_splits_65536", "flat", set_(num_splits=65536), ValueError, r"^num_splits: at most 65535"),
     ("max_kv_len_beyond_int32", "flat", set_(max_q_len=4, max_kv_len=2**31), ValueError,
@@ -447,7 +448,7 @@ def test_empty_batch_without_rows_still_passes_validation():
 
 def test_limits_of_scalars_are_accepted():
     a = flat_args("cpu")
-    a.update(num_splits=65535, sm_scale=3.0e38, max_q_len=4, max_kv_len=2**31 - 1)
+    a.update(num_splits=65535, sm_scale=2.3e38, max_q_len=4, max_kv_len=2**31 - 1)
     with pytest.raises(ValueError, match=r"^q: must be a CUDA tensor"):
         _call("flat", a)
 

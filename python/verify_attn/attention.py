@@ -73,6 +73,9 @@ MAX_Q_LEN = 1024
 MAX_NUM_SPLITS = 65535  # the C-ABI's bound on a forced split count (kernels/plan.cc)
 _INT32_MAX = 2**31 - 1  # page_size, max_kv_len: int32 in the C-ABI (va_params)
 _FLOAT32_MAX = 3.4028234663852886e38  # sm_scale: a float in the C-ABI
+# ... and the kernels scale by sm_scale * log2(e), which must stay a finite float
+# (the C-ABI refuses more: kernels/capi_attention.cc)
+_SM_SCALE_MAX = _FLOAT32_MAX / math.log2(math.e)
 _KV_FLAT = 0
 _KV_PAGED = 1
 
@@ -266,8 +269,10 @@ def _check_shapes(
         scale = as_float(sm_scale, "sm_scale")
         if not (math.isfinite(scale) and scale > 0.0):
             raise ValueError(f"sm_scale: must be finite and > 0, got {sm_scale}")
-        if scale > _FLOAT32_MAX:
-            raise ValueError(f"sm_scale: {sm_scale} is beyond the float32 range (a float in the C-ABI)")
+        if scale > _SM_SCALE_MAX:
+            raise ValueError(
+                f"sm_scale: {sm_scale} is beyond the float32 range once scaled by log2(e) "
+                f"(at most {_SM_SCALE_MAX:.6g}: the kernels use sm_scale * log2(e) as a float)")
     splits = as_int(num_splits, "num_splits")
     if splits < 0:
         raise ValueError(f"num_splits: must be >= 0 (0 = automatic), got {num_splits}")

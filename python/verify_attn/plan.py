@@ -42,8 +42,9 @@ class TreeAttentionPlan:
         At run time ``qo_indptr[0]`` must be 0 (else the kernel flags
         ``QO_INDPTR`` in the error word) and ``qo_indptr[B] <= q.shape[0]``:
         request ``i`` uses rows ``qo_indptr[i]:qo_indptr[i+1]`` of ``q`` and ``out``;
-        rows past ``qo_indptr[B]`` are unused capacity, left untouched by the
-        kernel (their ``out``/``lse`` rows keep whatever they held). These
+        rows past ``qo_indptr[B]`` are unused capacity: not computed, and their
+        ``out``/``lse`` rows are unspecified after :meth:`run` (kept as they
+        were with one split; the split-K merge rewrites every row). These
         tensors must keep their storage, shape and strides for the life of the
         plan (update their contents in place, e.g. ``copy_``); :meth:`run`
         raises ValueError otherwise.
