@@ -61,6 +61,7 @@ import torch
 
 from . import errors as _errors
 from ._args import as_bool, as_float, as_int
+from ._checks import check_kv_indptr, check_qo_indptr, check_tree_mask_shape
 
 __all__ = [
     "tree_attention_flat",
@@ -259,10 +260,7 @@ def _check_shapes(
             + (" (both were given)" if causal else " (neither was given)")
         )
     if tree_mask is not None:
-        if tree_mask.dim() != 2 or tree_mask.shape[0] != total_q or tree_mask.shape[1] < 1:
-            raise ValueError(
-                f"tree_mask: expected shape [total_q={total_q}, W >= 1], got {tuple(tree_mask.shape)}"
-            )
+        check_tree_mask_shape(tree_mask, total_q)
     if sm_scale is None:
         scale = 1.0 / math.sqrt(d_qk)
     else:
@@ -333,27 +331,8 @@ def _validate_host_lengths(paged, q, qo, kv, kvl, kv_capacity, page_size):
     pages. Raises ValueError naming the argument and the request.
     """
     B = len(qo) - 1
-    total_q = q.shape[0]
-    bad = next((i for i in range(B) if qo[i + 1] < qo[i]), None)
-    if qo[0] != 0 or qo[-1] != total_q or bad is not None:
-        detail = ""
-        if bad is not None:
-            detail = f", decreasing at request {bad} (qo_indptr[{bad}] = {qo[bad]} > qo_indptr[{bad + 1}] = {qo[bad + 1]})"
-        raise ValueError(
-            f"qo_indptr: must start at 0, be non-decreasing and end at q.shape[0] = {total_q}; "
-            f"got first {qo[0]}, last {qo[-1]}{detail}"
-        )
-    if kv[0] < 0:
-        raise ValueError(f"kv_indptr: must start at >= 0, got kv_indptr[0] = {kv[0]}")
-    bad = next((i for i in range(B) if kv[i + 1] < kv[i]), None)
-    if bad is not None:
-        raise ValueError(
-            f"kv_indptr: must be non-decreasing; decreasing at request {bad} "
-            f"(kv_indptr[{bad}] = {kv[bad]} > kv_indptr[{bad + 1}] = {kv[bad + 1]})"
-        )
-    what = "entries of kv_indices" if paged else "rows of k"
-    if kv_capacity is not None and kv[-1] > kv_capacity:
-        raise ValueError(f"kv_indptr: last value {kv[-1]} exceeds the {kv_capacity} {what}")
+    check_qo_indptr(qo, q.shape[0])
+    check_kv_indptr(kv, kv_capacity, "entries of kv_indices" if paged else "rows of k")
     for i in range(B):
         q_len = qo[i + 1] - qo[i]
         if paged:

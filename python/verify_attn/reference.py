@@ -26,6 +26,7 @@ import torch
 
 from . import masks as _masks
 from ._args import as_float, as_int
+from ._checks import check_kv_indptr, check_qo_indptr, check_tree_mask_shape
 
 __all__ = [
     "gather_paged_kv",
@@ -134,20 +135,8 @@ def _check_index_lists(qo, kvp, total_q, kv_rows):
         raise ValueError("qo_indptr: expected shape [B + 1] with B >= 0, got an empty tensor")
     if len(qo) != len(kvp):
         raise ValueError(f"kv_indptr: length {len(kvp)} != qo_indptr length {len(qo)}")
-    bad = next((i for i in range(len(qo) - 1) if qo[i + 1] < qo[i]), None)
-    if qo[0] != 0 or qo[-1] != total_q or bad is not None:
-        detail = "" if bad is None else f", decreasing at request {bad}"
-        raise ValueError(
-            f"qo_indptr: must start at 0, be non-decreasing and end at q.shape[0] = {total_q}; "
-            f"got first {qo[0]}, last {qo[-1]}{detail}"
-        )
-    bad = next((i for i in range(len(kvp) - 1) if kvp[i + 1] < kvp[i]), None)
-    if kvp[0] < 0 or kvp[-1] > kv_rows or bad is not None:
-        detail = "" if bad is None else f", decreasing at request {bad}"
-        raise ValueError(
-            f"kv_indptr: must start at >= 0, be non-decreasing and end within the {kv_rows} KV rows; "
-            f"got first {kvp[0]}, last {kvp[-1]}{detail}"
-        )
+    check_qo_indptr(qo, total_q)
+    check_kv_indptr(kvp, kv_rows, "KV rows")
 
 
 def _check_tree_mask_shape(tree_mask, total_q):
@@ -155,8 +144,7 @@ def _check_tree_mask_shape(tree_mask, total_q):
         return
     if not isinstance(tree_mask, torch.Tensor):
         raise TypeError(f"tree_mask: expected a torch.Tensor, got {type(tree_mask).__name__}")
-    if tree_mask.dim() != 2 or tree_mask.shape[0] != total_q or tree_mask.shape[1] < 1:
-        raise ValueError(f"tree_mask: expected shape [total_q={total_q}, W >= 1], got {tuple(tree_mask.shape)}")
+    check_tree_mask_shape(tree_mask, total_q)
 
 
 def reference_attention_flat(

@@ -1,0 +1,43 @@
+"""Host checks of the index arrays shared by the API (attention.py) and the
+float64 reference (reference.py): one rule and one message each, so a bad
+``qo_indptr``, ``kv_indptr`` or ``tree_mask`` reads the same wherever it is
+refused. The lists are already on the host (``tolist()``); every error is a
+ValueError whose message starts with the argument's name."""
+
+from typing import Optional, Sequence
+
+
+def check_qo_indptr(qo: Sequence[int], total_q: int) -> None:
+    """``qo_indptr`` starts at 0, does not decrease and ends at ``q.shape[0]``."""
+    B = len(qo) - 1
+    bad = next((i for i in range(B) if qo[i + 1] < qo[i]), None)
+    if qo[0] != 0 or qo[-1] != total_q or bad is not None:
+        detail = ""
+        if bad is not None:
+            detail = f", decreasing at request {bad} (qo_indptr[{bad}] = {qo[bad]} > qo_indptr[{bad + 1}] = {qo[bad + 1]})"
+        raise ValueError(
+            f"qo_indptr: must start at 0, be non-decreasing and end at q.shape[0] = {total_q}; "
+            f"got first {qo[0]}, last {qo[-1]}{detail}"
+        )
+
+
+def check_kv_indptr(kv: Sequence[int], capacity: Optional[int], what: str) -> None:
+    """``kv_indptr`` starts at >= 0, does not decrease and (when ``capacity`` is
+    known) ends within it; ``what`` names the capacity ("rows of k", ...)."""
+    if kv[0] < 0:
+        raise ValueError(f"kv_indptr: must start at >= 0, got kv_indptr[0] = {kv[0]}")
+    bad = next((i for i in range(len(kv) - 1) if kv[i + 1] < kv[i]), None)
+    if bad is not None:
+        raise ValueError(
+            f"kv_indptr: must be non-decreasing; decreasing at request {bad} "
+            f"(kv_indptr[{bad}] = {kv[bad]} > kv_indptr[{bad + 1}] = {kv[bad + 1]})"
+        )
+    if capacity is not None and kv[-1] > capacity:
+        raise ValueError(f"kv_indptr: last value {kv[-1]} exceeds the {capacity} {what}")
+
+
+def check_tree_mask_shape(tree_mask, total_q: int) -> None:
+    """A tree mask is ``[total_q, W >= 1]`` (its words per row are checked against
+    the draft counts elsewhere)."""
+    if tree_mask.dim() != 2 or tree_mask.shape[0] != total_q or tree_mask.shape[1] < 1:
+        raise ValueError(f"tree_mask: expected shape [total_q={total_q}, W >= 1], got {tuple(tree_mask.shape)}")
