@@ -246,7 +246,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const Ker
     // From shared memory, not from the registers of the prologue: a value
     // live across setmaxnreg costs a local-memory spill (ptxas).
     const RequestTile rc = s_rt;
-    const int w = wg - 1;
+    // Warp-uniform by construction (lane 0's value): lets ptxas keep the
+    // per-consumer descriptor bases in uniform registers.
+    const int w = __shfl_sync(0xffffffffu, wg, 0) - 1;
     const int ct = tid - 128;  // 0..255 over both consumers
     const int warp = wtid >> 5, lane = wtid & 31;
     const int g = lane >> 2, t4 = lane & 3;
@@ -292,7 +294,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const Ker
 
       // ---- S = Q K^T of this consumer's tile ----
       float s[32];
-      const uint32_t kt = w == 0 ? k_addr0 : k_addr1;
+      const uint32_t kt = k_addr0 + static_cast<uint32_t>(w) * Shape::kKTileBytes;
       if constexpr (Shape::kPipelinedS) {
         // Block by block as they land: one wgmma group per block, each opened
         // by an explicit fence after its wait (else ptxas inserts one in the
@@ -304,8 +306,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const Ker
           wgmma_fence();
 #pragma unroll
           for (int kk = 0; kk < 4; ++kk)
-            mma_m64n64k16_ss<DT>(s, desc_kmajor(q_addr + b * kBlockBytes, kk),
-                                 desc_kmajor(kt + b * kBlockBytes, kk), (b | kk) != 0);
+            mma_m64n64k16_ss<DT>(s, desc_kmajor(q_addr, b * kBlockBytes, kk),
+                                 desc_kmajor(kt, b * kBlockBytes, kk), (b | kk) != 0);
           wgmma_commit();
         }
       } else {
@@ -318,8 +320,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const Ker
         for (int b = 0; b < KB; ++b) {
 #pragma unroll
           for (int kk = 0; kk < 4; ++kk)
-            mma_m64n64k16_ss<DT>(s, desc_kmajor(q_addr + b * kBlockBytes, kk),
-                                 desc_kmajor(kt + b * kBlockBytes, kk), (b | kk) != 0);
+            mma_m64n64k16_ss<DT>(s, desc_kmajor(q_addr, b * kBlockBytes, kk),
+                                 desc_kmajor(kt, b * kBlockBytes, kk), (b | kk) != 0);
         }
         wgmma_commit();
       }
@@ -413,13 +415,13 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const Ker
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
-        mma_m64n256k16_ss_tb<DT>(o, desc_kmajor(k_addr0 + kPBlock * kBlockBytes, kk),
-                                 desc_mnmajor(k_addr0 + v_off, kk));
+        mma_m64n256k16_ss_tb<DT>(o, desc_kmajor(k_addr0, kPBlock * kBlockBytes, kk),
+                                 desc_mnmajor(k_addr0 + v_off, 0, kk));
       wgmma_commit();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
-        mma_m64n256k16_ss_tb<DT>(o, desc_kmajor(k_addr1 + kPBlock * kBlockBytes, kk),
-                                 desc_mnmajor(k_addr1 + v_off, kk));
+        mma_m64n256k16_ss_tb<DT>(o, desc_kmajor(k_addr1, kPBlock * kBlockBytes, kk),
+                                 desc_mnmajor(k_addr1 + v_off, 0, kk));
       wgmma_commit();
       wgmma_wait<1>();
       if (lane == 0) mbar_arrive(&empty_bar[0]);

@@ -39,15 +39,27 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t smem_byte_addr, uint32_t 
   return d;
 }
 
-// K-major operand block (rows x 64 elements, 128-byte rows), k16 step `k`.
-__device__ __forceinline__ uint64_t desc_kmajor(uint32_t block_addr, int k) {
-  return smem_desc(block_addr + 32u * k, 16u, 1024u);
+// Advances a descriptor's start address by `bytes` (a multiple of 16): one
+// 32-bit add on the low word. The 14-bit start field cannot carry: every
+// operand lies in the CTA's shared-memory window (below 256 KB).
+__device__ __forceinline__ uint64_t desc_add(uint64_t d, uint32_t bytes) {
+  const uint32_t lo = static_cast<uint32_t>(d) + (bytes >> 4);
+  const uint32_t hi = static_cast<uint32_t>(d >> 32);
+  return (static_cast<uint64_t>(hi) << 32) | lo;
+}
+
+// K-major operand block (rows x 64 elements, 128-byte rows) at `base` +
+// `off` bytes, k16 step `k`. With `off` and `k` compile-time constants the
+// descriptor of `base` is computed once and each call is one add (the
+// address arithmetic per wgmma was 12 uniform instructions).
+__device__ __forceinline__ uint64_t desc_kmajor(uint32_t base, uint32_t off, int k) {
+  return desc_add(smem_desc(base, 16u, 1024u), off + 32u * k);
 }
 
 // MN-major B operand: V rows [16 k, 16 k + 16) of a tile whose value columns
-// start at `block_addr` (64 per 8 KB block, consecutive blocks).
-__device__ __forceinline__ uint64_t desc_mnmajor(uint32_t block_addr, int k) {
-  return smem_desc(block_addr + 2048u * k, 8192u, 1024u);
+// start at `base` + `off` bytes (64 per 8 KB block, consecutive blocks).
+__device__ __forceinline__ uint64_t desc_mnmajor(uint32_t base, uint32_t off, int k) {
+  return desc_add(smem_desc(base, 8192u, 1024u), off + 2048u * k);
 }
 
 __device__ __forceinline__ void wgmma_fence() {
