@@ -54,7 +54,9 @@ struct OnlineSoftmaxRow {
   __device__ __forceinline__ float update(float tile_max, float* base) {
     const float m_new = fmaxf(m, tile_max);
     const float b = (m_new == -INFINITY) ? 0.f : m_new;
-    const float alpha = fast_exp2(m - b);  // m == -inf -> 0
+    // Exactly 1 when the max did not move (callers may then skip the
+    // rescale); m == -inf < m_new -> 0.
+    const float alpha = m_new == m ? 1.f : fast_exp2(m - b);
     m = m_new;
     l *= alpha;
     *base = b;

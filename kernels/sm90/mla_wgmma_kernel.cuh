@@ -346,20 +346,20 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const Ker
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int col = j0 + i * 8 + 2 * t4 + (e & 1);
-            float x = s[i * 4 + e] * p.scale_log2;
+            float x = s[i * 4 + e];
             if (!has_own || !rmask.visible(rows[e >> 1], col)) x = -INFINITY;
             s[i * 4 + e] = x;
             mx[e >> 1] = fmaxf(mx[e >> 1], x);
           }
       } else {
 #pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          s[i] *= p.scale_log2;
-          mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
-        }
+        for (int i = 0; i < 32; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
       }
-      mx[0] = quad_max(mx[0]);
-      mx[1] = quad_max(mx[1]);
+      // Scores stay unscaled: the row max is scaled here (scale_log2 > 0, the
+      // C-ABI checks it, so max and scaling commute) and each exponent is one
+      // FFMA, s * scale_log2 - base (FlashMLA folds the scale the same way).
+      mx[0] = quad_max(mx[0]) * p.scale_log2;
+      mx[1] = quad_max(mx[1]) * p.scale_log2;
 
       // ---- one running max for both consumers ----
       if (t4 == 0) {
@@ -382,10 +382,10 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const Ker
       unsigned char* my_p = sK + w * Shape::kKTileBytes + kPBlock * kBlockBytes;
 #pragma unroll
       for (int i = 0; i < 8; ++i) {  // n8 block i: columns 8 i + 2 t4, + 1
-        const float p0 = fast_exp2(s[i * 4 + 0] - base[0]);
-        const float p1 = fast_exp2(s[i * 4 + 1] - base[0]);
-        const float p2 = fast_exp2(s[i * 4 + 2] - base[1]);
-        const float p3 = fast_exp2(s[i * 4 + 3] - base[1]);
+        const float p0 = fast_exp2(fmaf(s[i * 4 + 0], p.scale_log2, -base[0]));
+        const float p1 = fast_exp2(fmaf(s[i * 4 + 1], p.scale_log2, -base[0]));
+        const float p2 = fast_exp2(fmaf(s[i * 4 + 2], p.scale_log2, -base[1]));
+        const float p3 = fast_exp2(fmaf(s[i * 4 + 3], p.scale_log2, -base[1]));
         sm[0].l += p0 + p1;
         sm[1].l += p2 + p3;
         *reinterpret_cast<uint32_t*>(my_p + swizzled_chunk_offset(my_row[0], i) + 4 * t4) =
@@ -393,12 +393,17 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const Ker
         *reinterpret_cast<uint32_t*>(my_p + swizzled_chunk_offset(my_row[1], i) + 4 * t4) =
             DTypeTraits<DT>::pack(p2, p3);
       }
+      // Rescale O only when a row max of this warp moved (update() returns
+      // exactly 1 otherwise): once the running max settles, most tiles skip
+      // these 128 multiplies, which sit between the scores and the P V.
+      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        o[i * 4 + 0] *= alpha[0];
-        o[i * 4 + 1] *= alpha[0];
-        o[i * 4 + 2] *= alpha[1];
-        o[i * 4 + 3] *= alpha[1];
+        for (int i = 0; i < 32; ++i) {
+          o[i * 4 + 0] *= alpha[0];
+          o[i * 4 + 1] *= alpha[0];
+          o[i * 4 + 2] *= alpha[1];
+          o[i * 4 + 3] *= alpha[1];
+        }
       }
       fence_proxy_async();  // P stores -> the wgmma reads of both consumers
       named_barrier_sync(kBarPairP, 256);
