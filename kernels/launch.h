@@ -60,6 +60,11 @@ struct KernelParams {
   int64_t ws_rows;     // total_q * Hq
 
   int32_t* error_word;  // may be null
+
+  // sm_90a TMA configuration only (kSeesawTma): the CUtensorMap of the paged K
+  // cache (kernels/sm90/tma_host.h), read by the kernel through its
+  // __grid_constant__ parameter; unused (uninitialised) otherwise.
+  alignas(64) unsigned char k_tmap[128];
 };
 
 // Launch the attention kernel of plan.config on `stream` (+ the merge when

@@ -14,7 +14,9 @@
 #include "kernels/attention_kernel_r32.cuh"
 #include "kernels/launch.h"
 #include "kernels/plan.h"
+#include "kernels/sm90/mla_seesaw_kernel.cuh"
 #include "kernels/sm90/mla_wgmma_kernel.cuh"
+#include "kernels/sm90/tma_host.h"
 #include "kernels/status.h"
 
 namespace verify_attn {
@@ -23,7 +25,11 @@ namespace verify_attn {
 template <class Shape, typename DT, class Loader>
 constexpr auto kernel_for() {
   if constexpr (Shape::kWgmma) {
-    return mla_wgmma_kernel<Shape, DT, Loader>;
+    if constexpr (Shape::kSeesawTma) {
+      return mla_seesaw_kernel<Shape, DT, Loader>;
+    } else {
+      return mla_wgmma_kernel<Shape, DT, Loader>;
+    }
   } else if constexpr (Shape::kRowsPerWarp == 32) {
     return attention_kernel_r32<Shape, DT, Loader>;
   } else {
@@ -60,19 +66,39 @@ va_status prepare_kernel(int device, int sm_arch) {
   return VA_OK;
 }
 
+// Whether a tile shape loads K by TMA (the tensor map is encoded per launch).
+template <class Shape>
+constexpr bool uses_tma() {
+  if constexpr (Shape::kWgmma) {
+    return Shape::kSeesawTma;
+  } else {
+    return false;
+  }
+}
+
 template <class Shape, typename DT, class Loader>
-va_status launch_one(const KernelParams& kp, const Plan& plan, int dtype, void* stream) {
-  va_status st = prepare_kernel<Shape, DT, Loader>(plan.dev.device, plan.dev.sm_arch);
-  if (st != VA_OK) return st;
-  const dim3 grid(static_cast<unsigned>(kp.batch_size * kp.num_kv_heads),
-                  static_cast<unsigned>(plan.row_tiles), static_cast<unsigned>(plan.splits));
-  cudaGetLastError();  // drop a stale, non-sticky error so the check below is ours
-  kernel_for<Shape, DT, Loader>()
-      <<<grid, Shape::kThreads, Shape::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(kp);
-  st = va_check_cuda(cudaGetLastError(), "attention_kernel launch");
-  if (st != VA_OK) return st;
-  if (plan.splits > 1) return launch_merge(kp, plan, dtype, Shape::kDv, stream);
-  return VA_OK;
+va_status launch_one(const KernelParams& kp_in, const Plan& plan, int dtype, void* stream) {
+  if constexpr (uses_tma<Shape>() && !Loader::kPaged) {
+    // Never planned (kernels/plan.cc); a forced configuration gets this.
+    return va_fail(VA_ERR_UNSUPPORTED, "kv_layout: the TMA configuration needs a paged cache");
+  } else {
+    va_status st = prepare_kernel<Shape, DT, Loader>(plan.dev.device, plan.dev.sm_arch);
+    if (st != VA_OK) return st;
+    KernelParams kp = kp_in;
+    if constexpr (uses_tma<Shape>()) {
+      st = encode_k_tmap(&kp, dtype);
+      if (st != VA_OK) return st;
+    }
+    const dim3 grid(static_cast<unsigned>(kp.batch_size * kp.num_kv_heads),
+                    static_cast<unsigned>(plan.row_tiles), static_cast<unsigned>(plan.splits));
+    cudaGetLastError();  // drop a stale, non-sticky error so the check below is ours
+    kernel_for<Shape, DT, Loader>()
+        <<<grid, Shape::kThreads, Shape::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(kp);
+    st = va_check_cuda(cudaGetLastError(), "attention_kernel launch");
+    if (st != VA_OK) return st;
+    if (plan.splits > 1) return launch_merge(kp, plan, dtype, Shape::kDv, stream);
+    return VA_OK;
+  }
 }
 
 template <int ID, class Loader>
@@ -98,6 +124,7 @@ va_status launch_attention(const KernelParams& kp, const Plan& plan, int dtype, 
     case kCfgMlaWgmmaM64N64: return launch_config<kCfgMlaWgmmaM64N64, Loader>(kp, plan, dtype, stream);
     case kCfgMlaWgmmaM64N64P: return launch_config<kCfgMlaWgmmaM64N64P, Loader>(kp, plan, dtype, stream);
     case kCfgMlaWgmmaM64N64PR: return launch_config<kCfgMlaWgmmaM64N64PR, Loader>(kp, plan, dtype, stream);
+    case kCfgMlaWgmmaSeesawTma: return launch_config<kCfgMlaWgmmaSeesawTma, Loader>(kp, plan, dtype, stream);
     default: break;
   }
   return va_fail(VA_ERR_UNSUPPORTED, "config: unknown configuration id %d",

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <cstdio>
@@ -36,6 +37,7 @@ const ConfigDesc kDescs[kNumConfigs] = {
     make_desc<kCfgMlaWgmmaM64N64>("mla_wgmma_m64n64"),
     make_desc<kCfgMlaWgmmaM64N64P>("mla_wgmma_m64n64_pipe"),
     make_desc<kCfgMlaWgmmaM64N64PR>("mla_wgmma_m64n64_pipe_rows"),
+    make_desc<kCfgMlaWgmmaSeesawTma>("mla_wgmma_seesaw_tma"),
 };
 
 // Split-K rule: only when the unsplit grid is under one wave; then aim at
@@ -51,6 +53,21 @@ bool built_sm90a() {
     return archs != nullptr && std::strstr(archs, "sm_90a") != nullptr;
   }();
   return built;
+}
+
+// Whether the K cache can be read by bulk tensor copies (the tensor map of
+// kernels/sm90/tma_host.h): a paged MLA cache (one KV head) with page_size a
+// multiple of 64 (a 64-row tile lies in one page), a 16-byte aligned base and
+// token / page strides that are multiples of 16 bytes below 2^40
+// (cuTensorMapEncodeTiled's rules).
+bool tma_k_cache_ok(const va_params& p) {
+  if (p.kv_layout != VA_KV_PAGED || p.v_is_k_prefix != 1 || p.num_kv_heads != 1) return false;
+  if (p.page_size <= 0 || p.page_size % 64 != 0 || p.num_pages < 1 || p.num_pages > 0x7fffffff)
+    return false;
+  const int64_t lim = int64_t{1} << 39;  // elements: 2 bytes each, below 2^40 bytes
+  auto stride_ok = [&](int64_t e) { return e > 0 && e < lim && (e * 2) % 16 == 0; };
+  return reinterpret_cast<uintptr_t>(p.k) % 16 == 0 && stride_ok(p.k_stride_token) &&
+         stride_ok(p.k_stride_page);
 }
 
 }  // namespace
@@ -138,7 +155,7 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
 
   // Candidate configurations, best first; the first that fits the device's
   // shared memory wins.
-  ConfigId cands[6];
+  ConfigId cands[8];
   int n = 0;
   if (mla) {
     // sm_90: warpgroup MMA (kernels/sm90/mla_wgmma_kernel.cuh); the mma.sync
@@ -146,6 +163,11 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
     // H200, B1 H16 T64 L32k: 159 us with the row offsets staged in shared
     // memory, at page_size 1 and 64 alike, vs 240 / 213 us with per-thread page
     // lookups (mla_wgmma_m64n64_pipe) and 497 us on mma.sync.
+    // Paged caches with page_size % 64 == 0 take the TMA kernel
+    // (kernels/sm90/mla_seesaw_kernel.cuh): H200, page_size 64, 3-10% faster
+    // than the cp.async kernel on the MLA bench rows, none slower
+    // (BENCHMARKS.md, session 5).
+    if (dev.sm_arch == 90 && built_sm90a() && tma_k_cache_ok(p)) cands[n++] = kCfgMlaWgmmaSeesawTma;
     if (dev.sm_arch == 90 && built_sm90a()) cands[n++] = kCfgMlaWgmmaM64N64PR;
     // H200, B1 H16 T64 L32k: 8 warps 524 us vs 16 warps 627 us (fewer Q
     // fragment reloads per score); B1 H128 T32 L8k 502 vs 598; B32 T16 L4k 502 vs 589.
@@ -172,7 +194,8 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
                                  std::atoi(fd.tag + 5) == p.head_dim_qk);
       const bool arch_ok =
           fd.only_arch == 0 || (fd.only_arch == dev.sm_arch && (!fd.wgmma || built_sm90a()));
-      if (serves && arch_ok && std::strcmp(fd.tag, force) == 0 &&
+      const bool layout_ok = id != kCfgMlaWgmmaSeesawTma || tma_k_cache_ok(p);
+      if (serves && arch_ok && layout_ok && std::strcmp(fd.tag, force) == 0 &&
           fd.smem_bytes <= dev.max_smem_optin)
         chosen = id;
     }

@@ -105,9 +105,14 @@ struct TileShapeR32 {
 // consumers write P over a tile's block 8 once its scores are done), row max /
 // row sum [2][2][64] fp32, and 1 KB to align the dynamic base to the
 // 1024-byte swizzle atom.
-template <bool PIPELINED_S, bool STAGED_ROWS = false>
+// SEESAW_TMA: kernels/sm90/mla_seesaw_kernel.cuh instead (K tiles by bulk
+// tensor copies, paged caches with page_size % 64 == 0; the consumers take
+// turns on the tensor cores); its row max, two rescale factors and row sums
+// take [5][64] fp32.
+template <bool PIPELINED_S, bool STAGED_ROWS = false, bool SEESAW_TMA = false>
 struct TileShapeWgmmaMla {
   static constexpr bool kWgmma = true;
+  static constexpr bool kSeesawTma = SEESAW_TMA;
   // Producer: row offsets of the next tile resolved one per thread into
   // shared memory (kRowBytes), see mla_wgmma_kernel.cuh (the default), or
   // looked up by every copying thread (false).
@@ -132,7 +137,7 @@ struct TileShapeWgmmaMla {
   static constexpr int kQBytes = kKBlocks * kBlockBytes;      // 73,728
   static constexpr int kKTileBytes = kKBlocks * kBlockBytes;  // 73,728
   static constexpr int kKBytes = kStages * kKTileBytes;       // 147,456
-  static constexpr int kRedBytes = 2 * 2 * 64 * 4;            // 1,024
+  static constexpr int kRedBytes = SEESAW_TMA ? 5 * 64 * 4 : 2 * 2 * 64 * 4;  // 1,280 / 1,024
   static constexpr int kRowBytes = STAGED_ROWS ? 2 * 2 * 64 * 8 : 0;  // 2,048
   static constexpr int kSmemBytes = kQBytes + kKBytes + kRedBytes + kRowBytes + 1024;  // 223,232 (+2,048)
 };
@@ -151,6 +156,7 @@ enum ConfigId : int {
   kCfgMlaWgmmaM64N64,   // sm_90a: wgmma, producer + 2 consumer warpgroups (TileShapeWgmmaMla)
   kCfgMlaWgmmaM64N64P,  // the same, scores pipelined block by block, per-thread page lookups
   kCfgMlaWgmmaM64N64PR, // pipelined + row offsets staged in shared memory: the sm_90 default
+  kCfgMlaWgmmaSeesawTma,  // TMA refills + seesaw schedule: sm_90 paged, page_size % 64 == 0
   kNumConfigs
 };
 
@@ -172,6 +178,7 @@ template <> struct ConfigShape<kCfgMlaR32M32N32S1> { using type = TileShapeR32<5
 template <> struct ConfigShape<kCfgMlaWgmmaM64N64> { using type = TileShapeWgmmaMla<false>; };
 template <> struct ConfigShape<kCfgMlaWgmmaM64N64P> { using type = TileShapeWgmmaMla<true>; };
 template <> struct ConfigShape<kCfgMlaWgmmaM64N64PR> { using type = TileShapeWgmmaMla<true, true>; };
+template <> struct ConfigShape<kCfgMlaWgmmaSeesawTma> { using type = TileShapeWgmmaMla<true, false, true>; };
 
 struct ConfigDesc {
   const char* tag;  // e.g. "mla_m32n32_s1"

@@ -57,10 +57,11 @@ def make_case(rng, *, mla, paged, dtype, batch, q_len, prefix, heads, hkv, d, pa
     return fn, ref, args, dict(tree_mask=tree, causal=causal, **kw)
 
 
-def bad_index_case(rng, *, mla, splits):
+def bad_index_case(rng, *, mla, splits, page_size=None):
     """Poisoned page ids must not be read; check_errors names one; request 0 stays exact."""
     dev = "cuda"
-    page_size = 1 if mla else 16
+    if page_size is None:
+        page_size = 1 if mla else 16
     q_lens, prefix = [6, 5, 4, 7], [90, 60, 130, 40]
     kv_lens = [p + q for p, q in zip(prefix, q_lens)]
     pages = [(n + page_size - 1) // page_size for n in kv_lens]
@@ -96,8 +97,8 @@ def bad_index_case(rng, *, mla, splits):
     ok = (flagged is not None and flagged.bits & verify_attn.errors.ERR_KV_INDEX
           and flagged.request in poisoned and flagged.value == poisoned[flagged.request]
           and err < 1e-2 and bool(torch.isfinite(out[r]).all()))
-    print("%s bad-index mla=%s splits=%d: request 0 rel err %.2e; raised: %s" % (
-        "ok  " if ok else "FAIL", mla, splits, err, msg[:200]))
+    print("%s bad-index mla=%s page_size=%d splits=%d: request 0 rel err %.2e; raised: %s" % (
+        "ok  " if ok else "FAIL", mla, page_size, splits, err, msg[:200]))
     return ok
 
 
@@ -108,6 +109,8 @@ def main():
     cases = [
         dict(mla=True, paged=True, dtype=torch.bfloat16, batch=2, q_len=16, prefix=100, heads=16, hkv=1, d=0, page_size=1, causal=False, splits=0),
         dict(mla=True, paged=False, dtype=torch.float16, batch=1, q_len=8, prefix=300, heads=4, hkv=1, d=0, page_size=1, causal=True, splits=3),
+        # page_size 64: the sm_90 TMA kernel (kernels/sm90/mla_seesaw_kernel.cuh)
+        dict(mla=True, paged=True, dtype=torch.bfloat16, batch=3, q_len=24, prefix=150, heads=16, hkv=1, d=0, page_size=64, causal=False, splits=2),
         dict(mla=False, paged=True, dtype=torch.bfloat16, batch=3, q_len=16, prefix=70, heads=12, hkv=4, d=128, page_size=16, causal=False, splits=1),
         dict(mla=False, paged=False, dtype=torch.float16, batch=2, q_len=33, prefix=0, heads=8, hkv=8, d=64, page_size=1, causal=False, splits=2),
         dict(mla=False, paged=True, dtype=torch.bfloat16, batch=1, q_len=4, prefix=200, heads=8, hkv=2, d=256, page_size=64, causal=False, splits=0),
@@ -127,7 +130,8 @@ def main():
         failed += not ok
         print("%s mla=%s paged=%s splits=%d: rel err %.2e, lse max abs err %.2e" % (
             "ok  " if ok else "FAIL", c["mla"], c["paged"], splits, err, lerr))
-    bad_cases = [dict(mla=True, splits=0), dict(mla=False, splits=3), dict(mla=False, splits=1)]
+    bad_cases = [dict(mla=True, splits=0), dict(mla=True, splits=0, page_size=64), dict(mla=False, splits=3),
+                 dict(mla=False, splits=1)]
     for c in bad_cases:
         failed += not bad_index_case(rng, **c)
     n = len(cases) + len(bad_cases)

@@ -13,6 +13,7 @@
 namespace verify_attn {
 
 struct FlatLoader {
+  static constexpr bool kPaged = false;  // never read by TMA (kernels/launch_attention.cuh)
   int64_t base;  // first row of the request
   int kv_len_;
   int64_t num_rows;

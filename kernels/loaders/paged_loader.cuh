@@ -14,6 +14,7 @@
 namespace verify_attn {
 
 struct PagedLoader {
+  static constexpr bool kPaged = true;
   const int32_t* indices;
   int32_t slot_begin, slot_end;  // this request's range of kv_indices
   int kv_len_;
@@ -64,6 +65,16 @@ struct PagedLoader {
     *k_off = page * k_page + slot_in_page * k_tok + k_head_off;
     *v_off = page * v_page + slot_in_page * v_tok + v_head_off;
     return true;
+  }
+
+  // TMA coordinates of row j: its page id (or -1 when the slot is outside the
+  // request's pages: an out-of-range page is zero-filled by the copy engine and
+  // flagged by row()) and its slot in the page.
+  __device__ __forceinline__ void page_coord(int j, int* page, int* slot) const {
+    const int page_in_req = j / page_size;
+    *slot = j - page_in_req * page_size;
+    const int64_t s = static_cast<int64_t>(slot_begin) + page_in_req;
+    *page = (s >= 0 && s < slot_end) ? __ldg(indices + s) : -1;
   }
 };
 

@@ -46,6 +46,12 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   } while (!done);
 }
 
+// bar.arrive: counts this thread on barrier `id` without waiting (the waiting
+// side calls named_barrier_sync with the same total).
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // Orders this thread's generic-proxy shared-memory writes (st.shared, and the
 // cp.async copies it has waited for) before later async-proxy reads (wgmma).
 __device__ __forceinline__ void fence_proxy_async() {

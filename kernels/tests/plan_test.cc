@@ -2,6 +2,7 @@
 // shared memory (sm_120: 101376 bytes per block; sm_90: 232448), and the
 // split-K rule fills the GPU only when the batch alone cannot. Prints the
 // resource table (the CI log records what sm_120 would run).
+#include <cstdint>
 #include <cstdio>
 #include <initializer_list>
 #include <random>
@@ -107,6 +108,61 @@ int main() {
               path(mla, sm90) == "mma_sync_bf16_mla_m64n32_w8_s2",
           "forced mma.sync on sm_90: %s", plan.name);
     unsetenv("VERIFY_ATTN_FORCE_CONFIG");
+  }
+  // MLA on sm_90: paged caches the copy engine can read (page_size % 64 == 0,
+  // 16-byte aligned base and strides) take the TMA kernel, every other cache
+  // the cp.async one; the tuning knob cannot force TMA onto the others.
+  {
+    va_params p = shape(true, 576, 16, 1, 1, 64, 32768);
+    p.dtype = VA_DTYPE_BF16;
+    p.kv_layout = VA_KV_PAGED;
+    p.page_size = 64;
+    p.num_pages = 1000;
+    p.k = reinterpret_cast<const void*>(uintptr_t{1} << 20);
+    p.k_stride_token = 576;
+    p.k_stride_page = 64 * 576;
+    va::Plan plan;
+    auto name = [&](const va_params& q, const va::DeviceInfo& dev) -> std::string {
+      if (va::make_plan(q, dev, &plan) != VA_OK) return "error";
+      return std::string(plan.name);
+    };
+    const bool sm90a = std::string(va_compiled_archs()).find("sm_90a") != std::string::npos;
+    const std::string tma = "wgmma_bf16_mla_wgmma_seesaw_tma";
+    const std::string gather = "wgmma_bf16_mla_wgmma_m64n64_pipe_rows";
+    if (sm90a) {
+      CHECK(name(p, sm90) == tma, "page_size 64 on sm_90: %s", plan.name);
+      va_params q = p;
+      q.page_size = 128;
+      q.k_stride_page = 128 * 576;
+      CHECK(name(q, sm90) == tma, "page_size 128 on sm_90: %s", plan.name);
+      q = p;
+      q.page_size = 16;
+      CHECK(name(q, sm90) == gather, "page_size 16 on sm_90: %s", plan.name);
+      q.page_size = 1;
+      CHECK(name(q, sm90) == gather, "page_size 1 on sm_90: %s", plan.name);
+      q = p;
+      q.kv_layout = VA_KV_FLAT;
+      CHECK(name(q, sm90) == gather, "flat on sm_90: %s", plan.name);
+      q = p;
+      q.k = reinterpret_cast<const void*>((uintptr_t{1} << 20) + 8);
+      CHECK(name(q, sm90) == gather, "8-byte aligned K base: %s", plan.name);
+      q = p;
+      q.k_stride_token = 580;  // 1160 bytes: not a multiple of 16
+      CHECK(name(q, sm90) == gather, "token stride 1160 bytes: %s", plan.name);
+      q = p;
+      q.k_stride_token = 640;  // a padded cache: 1280 bytes
+      q.k_stride_page = 64 * 640;
+      CHECK(name(q, sm90) == tma, "padded cache: %s", plan.name);
+      q = p;
+      q.page_size = 16;
+      setenv("VERIFY_ATTN_FORCE_CONFIG", "mla_wgmma_seesaw_tma", 1);
+      CHECK(name(q, sm90) == gather, "forced TMA on page_size 16: %s", plan.name);
+      CHECK(name(p, sm90) == tma, "forced TMA on page_size 64: %s", plan.name);
+      unsetenv("VERIFY_ATTN_FORCE_CONFIG");
+    } else {
+      CHECK(name(p, sm90).rfind("mma_sync_", 0) == 0, "no sm_90a image: %s", plan.name);
+    }
+    CHECK(name(p, sm120).rfind("mma_sync_", 0) == 0, "page_size 64 on sm_120: %s", plan.name);
   }
   // Forced splits are honoured; no device smem small enough fails cleanly.
   {

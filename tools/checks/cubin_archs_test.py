@@ -59,7 +59,7 @@ def main():
             if stack or local:
                 print("FAIL: %s kernel with STACK %d LOCAL %d (spills): %s" % (arch, stack, local, line))
                 failed += 1
-            if arch == "sm_90a" and "mla_wgmma_kernel" in func and reg != 168:
+            if arch == "sm_90a" and ("mla_wgmma_kernel" in func or "mla_seesaw_kernel" in func) and reg != 168:
                 print("FAIL: %s %s enters with %d registers, not 168 (setmaxnreg budget)" % (arch, func, reg))
                 failed += 1
     print("resource report: %d kernel images, spills/stack: %s" % (kernels, "none" if not failed else "SEE ABOVE"))

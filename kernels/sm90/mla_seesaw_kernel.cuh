@@ -1,0 +1,626 @@
+// MLA tree verify on sm_90a with TMA refills and the "seesaw" schedule: the
+// two consumer warpgroups take turns on the tensor cores instead of doing their
+// softmax at the same time, and each K stage is refilled in two parts, each by
+// the bulk tensor copy engine as soon as its last reader is done.
+// Paged caches with page_size a multiple of 64 (a 64-row tile lies in one
+// page); the plan picks this kernel there (kernels/plan.cc), and
+// kernels/sm90/mla_wgmma_kernel.cuh (cp.async gathers, any page size)
+// elsewhere.
+//
+// One CTA = 64 folded query rows (token, head) of one request x the KV tiles
+// of its split, 64 KV rows per tile, tiles in pairs (A = tile 2p in stage 0,
+// B = tile 2p + 1 in stage 1), 384 threads:
+//
+//   WG 0 (producer, 40 registers): resolves, two tiles ahead, each tile's
+//       page (kernels/loaders: one page-table read per tile, and one row check
+//       per thread, which flags a bad KV index exactly as the other kernels
+//       do) into a small shared table the consumers read when they issue the
+//       tile's copies. An absent or bad page is copied from coordinate -1:
+//       the copy engine fills zeros (and still counts the bytes); the CTA's
+//       rows then become NaN.
+//   WG 1 = consumer 0: scores S_A = Q K_A^T, output columns 0..255 (O_L).
+//   WG 2 = consumer 1: scores S_B = Q K_B^T, output columns 256..511 (O_R).
+//
+// K tiles arrive by bulk tensor copies (kernels/sm90/tma.cuh), one 64 x 64
+// block per copy into its 128-byte swizzled place, each block with a "full"
+// mbarrier that completes on its transaction bytes, so scores start on a block
+// as soon as it lands. The tensor map is encoded per launch on the host
+// (kernels/sm90/tma_host.h) and read through the __grid_constant__ parameter.
+//
+// Per pair, with m the running row max shared in shared memory (sM):
+//   C0: S_A -> m0 = max(m, rowmax S_A), P_A = exp2(S_A - m0), O_L *= 2^(m - m0),
+//       publishes m0 [barrier SCALE0]; O_L += P_A V_A[:, L] (P from registers);
+//       refills stage 0 blocks 0-3.
+//   C1: waits SCALE0; m1 = max(m0, rowmax S_B), P_B = exp2(S_B - m1),
+//       O_R *= 2^(m - m1), publishes m1 [SCALE1]; stores P_B (shared memory,
+//       over K_B's no longer needed rope block 8) [PB]; issues
+//       O_R += P_B V_B[:, R] (registers), waits PA, issues O_R += P_A V_A[:, R]
+//       [ISSUED]; refills stage 1 blocks 4-7 and stage 0 blocks 4-8 as each of
+//       the two completes.
+//   C0: waits SCALE1; stores P_A 2^(m0 - m1) over K_A's block 8 [PA];
+//       O_L *= 2^(m0 - m1); waits PB and ISSUED (so C1's P_A V_A[:, R], whose
+//       completion frees what C0's next scores wait for last, runs first);
+//       O_L += P_B V_B[:, L]; next scores on blocks 0-3; refills stage 1
+//       blocks 0-3 and 8; next scores on blocks 4-8.
+// so while one consumer does its softmax the other's P V runs, and the max
+// chain m -> m0 -> m1 replaces an exchange of maxima. O is rescaled only when
+// a row max of the warp moved.
+//
+// Same semantics and outputs as attention_kernel (kernels/attention_kernel.cuh):
+// request prologue (kernels/core/request.cuh), tree mask (kernels/core/mask.cuh),
+// base-2 online softmax (FlashAttention-2), split-K workspace rows merged by
+// merge_kernel, NaN rows for kv_len < q_len or a bad KV index. The schedule
+// and the order of the refills follow the idea of FlashMLA's sm_90 decode
+// kernel ("seesaw" scheduling, DeepSeek's FlashMLA deep-dive write-up); the
+// code is our own.
+#ifndef VERIFY_ATTN_SM90_MLA_SEESAW_KERNEL_CUH_
+#define VERIFY_ATTN_SM90_MLA_SEESAW_KERNEL_CUH_
+
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/core/mask.cuh"
+#include "kernels/core/mma.cuh"
+#include "kernels/core/request.cuh"
+#include "kernels/core/softmax.cuh"
+#include "kernels/core/types.cuh"
+#include "kernels/launch.h"
+#include "kernels/plan.h"
+#include "kernels/sm90/swizzle.cuh"
+#include "kernels/sm90/sync.cuh"
+#include "kernels/sm90/tma.cuh"
+#include "kernels/sm90/wgmma.cuh"
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define VA_SM90A_SEESAW_BODY 1
+#else
+#define VA_SM90A_SEESAW_BODY 0
+#endif
+
+namespace verify_attn {
+namespace sm90 {
+namespace seesaw {
+
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;
+// The CTA enters with 65536 / 384 -> 168 registers per thread: what the
+// producer gives back must cover what the consumers take.
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "setmaxnreg budget");
+// Named barriers (0 is __syncthreads).
+constexpr int kBarScale0 = 1;   // C0 published m0 (sM, sScale0)
+constexpr int kBarScale1 = 2;   // C1 published m1 (sM, sScale1)
+constexpr int kBarPA = 3;       // C0 stored P_A
+constexpr int kBarPB = 4;       // C1 stored P_B
+constexpr int kBarConsumers = 5;
+constexpr int kBarZero = 6;     // 6, 7: one consumer's own (tail rows zeroed)
+constexpr int kBarIssued = 8;   // C1 issued P_A V_A[:, R]
+
+// Scores of one tile: mask (draft / boundary tiles, or a phantom tile), scale
+// to base 2, return the row maxima of this thread's two rows (quad-reduced).
+template <class Shape>
+__device__ __forceinline__ void mask_scores(float (&s)[32], const KernelParams& p,
+                                            const RequestTile& rc, const RequestMask& rmask,
+                                            const int (&my_row)[2], int t4, int tile, bool exists,
+                                            float (&mx)[2]) {
+  constexpr int N = Shape::kN;
+  mx[0] = mx[1] = -INFINITY;
+  const int j0 = (rc.tile_begin + tile) * N;
+  if (!exists || rmask.tile_needs_mask(j0, N)) {
+    RowMask rows[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int gr = rc.row0 + my_row[h];
+      rows[h].valid = gr < rc.R;
+      rows[h].t = rows[h].valid ? gr / p.group : 0;
+      rows[h].words = (!p.causal && rows[h].valid)
+                          ? p.tree_mask + static_cast<int64_t>(rc.q_start + rows[h].t) * p.mask_words
+                          : nullptr;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = j0 + i * 8 + 2 * t4 + (e & 1);
+        float x = s[i * 4 + e];
+        if (!exists || !rmask.visible(rows[e >> 1], col)) x = -INFINITY;
+        s[i * 4 + e] = x;
+        mx[e >> 1] = fmaxf(mx[e >> 1], x);
+      }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+  }
+  // Unscaled scores; the max is scaled (scale_log2 > 0) and exp_scores folds
+  // the scale into one FFMA per exponent.
+  mx[0] = quad_max(mx[0]) * p.scale_log2;
+  mx[1] = quad_max(mx[1]) * p.scale_log2;
+}
+
+// P = exp2(S - base) in place; returns this thread's partial row sums and the
+// bf16/fp16 pairs in the wgmma A-register layout (pa[2 k] = columns 8 k + 2 t4,
+// + 1 of row g, pa[2 k + 1] the same of row g + 8: k16 step kk uses
+// pa[4 kk .. 4 kk + 3]).
+template <typename DT>
+__device__ __forceinline__ void exp_scores(float (&s)[32], float scale_log2, const float (&base)[2],
+                                           uint32_t (&pa)[16], float (&sum)[2]) {
+  sum[0] = sum[1] = 0.f;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const int h = i & 1;
+    s[2 * i] = fast_exp2(fmaf(s[2 * i], scale_log2, -base[h]));
+    s[2 * i + 1] = fast_exp2(fmaf(s[2 * i + 1], scale_log2, -base[h]));
+    sum[h] += s[2 * i] + s[2 * i + 1];
+    pa[i] = DTypeTraits<DT>::pack(s[2 * i], s[2 * i + 1]);
+  }
+}
+
+// Stores P (scaled by `scale` per row) as a K-major swizzled 64 x 64 A operand
+// at `dst` (a tile's block 8).
+template <typename DT>
+__device__ __forceinline__ void store_p(unsigned char* dst, const float (&s)[32],
+                                        const float (&scale)[2], const int (&my_row)[2], int t4) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      *reinterpret_cast<uint32_t*>(dst + swizzled_chunk_offset(my_row[h], i) + 4 * t4) =
+          DTypeTraits<DT>::pack(s[i * 4 + 2 * h] * scale[h], s[i * 4 + 2 * h + 1] * scale[h]);
+  }
+}
+
+// Skipped by the whole warp when all its factors are exactly 1 (no row max
+// of the warp moved: the factors are then set to 1, not computed).
+__device__ __forceinline__ void scale_o(float (&o)[128], const float (&f)[2]) {
+  if (!__any_sync(0xffffffffu, f[0] != 1.f || f[1] != 1.f)) return;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    o[i * 4 + 0] *= f[0];
+    o[i * 4 + 1] *= f[0];
+    o[i * 4 + 2] *= f[1];
+    o[i * 4 + 3] *= f[1];
+  }
+}
+
+// Scores of this consumer's tile, blocks order[B0 .. B1) (one wgmma group per
+// block, each issued as soon as its block has landed; `wait` = false skips the
+// barrier waits, for a discarded pass over blocks nobody refills). Leaves them
+// in flight; block order[0] step 0 zeroes the accumulators. TMA writes are in
+// the async proxy already: the barrier wait orders them before the wgmma.
+template <typename DT, int B0, int B1>
+__device__ __forceinline__ void issue_scores(float (&s)[32], uint64_t (&full)[9], uint32_t parity,
+                                             bool wait, uint32_t q_addr, uint32_t k_addr,
+                                             const int (&order)[9]) {
+#pragma unroll
+  for (int n = B0; n < B1; ++n) {
+    const int b = order[n];
+    if (wait) mbar_wait(&full[b], parity);
+    fence_regs(s);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      mma_m64n64k16_ss<DT>(s, desc_kmajor(q_addr, b * kBlockBytes, kk),
+                           desc_kmajor(k_addr, b * kBlockBytes, kk), (n | kk) != 0);
+    wgmma_commit();
+  }
+}
+
+// A tile copied by TMA brings whole page rows, also the rows past
+// the request's kv_len (whatever the cache holds there). Their scores are
+// masked (P = 0), but 0 x NaN is NaN: zero rows [rows_valid, 64) of the value
+// blocks b0 .. b0 + 3 before a P V reads them (128 threads of one consumer).
+__device__ __forceinline__ void zero_tail_rows(unsigned char* stage, int b0, int rows_valid,
+                                               int wtid) {
+  const int n = (64 - rows_valid) * 32;  // 16-byte chunks: rows x 4 blocks x 8
+  for (int idx = wtid; idx < n; idx += 128) {
+    const int r = rows_valid + idx / 32;
+    const int b = b0 + (idx % 32) / 8;
+    const int c = idx % 8;
+    *reinterpret_cast<uint4*>(stage + b * kBlockBytes + r * 128 + c * 16) = make_uint4(0, 0, 0, 0);
+  }
+}
+
+}  // namespace seesaw
+}  // namespace sm90
+
+template <class Shape, typename DT, class Loader>
+__global__ void __launch_bounds__(Shape::kThreads, 1)
+    mla_seesaw_kernel(const __grid_constant__ KernelParams p) {
+#if VA_SM90A_SEESAW_BODY
+  using namespace sm90;
+  using namespace sm90::seesaw;
+  constexpr int M = Shape::kM, N = Shape::kN, DQK = Shape::kDqk, DV = Shape::kDv;
+  constexpr int KB = Shape::kKBlocks;
+  constexpr int kPBlock = 8;
+  static_assert(M == 64 && N == 64 && DQK == 576 && DV == 512 && KB == 9, "shape");
+  static_assert(Shape::kThreads == 384, "one producer and two consumer warpgroups");
+  static_assert(Loader::kPaged, "TMA refills read a paged cache");
+
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = align_smem_1024(smem_raw);
+  unsigned char* sQ = smem;
+  unsigned char* sK = smem + Shape::kQBytes;                     // [2 stages][9 blocks]
+  float* sM = reinterpret_cast<float*>(sK + Shape::kKBytes);     // [64] running max
+  float* sScale0 = sM + M;                                       // [64]
+  float* sScale1 = sScale0 + M;                                  // [64]
+  float* sSum = sScale1 + M;                                     // [2][64]
+  __shared__ __align__(8) uint64_t full_bar[2][KB];  // [stage][block]: landed (transaction bytes)
+  __shared__ __align__(8) uint64_t rows_full[2][2];   // [half][buffer]: the tile's page staged
+  __shared__ __align__(8) uint64_t rows_empty[2][2];  // ... and read by both consumers
+  __shared__ int s_tile[2][2][2];  // [half][buffer] = {page id or -1, slot of the tile's row 0}
+  __shared__ __align__(8) uint64_t done_bar;         // the producer's flags are final
+  __shared__ int s_bad_kv;
+  __shared__ RequestTile s_rt;
+
+  // Nothing computed here stays in registers past the role split (a value
+  // live across setmaxnreg costs a local-memory spill, ptxas): each role
+  // re-derives what it needs from blockIdx, the parameters and s_rt.
+  {
+    const int hk = blockIdx.x % p.num_kv_heads;
+    const Loader loader(p, blockIdx.x / p.num_kv_heads, hk);
+    RequestTile rt;
+    if (!start_request<Shape, DT>(p, loader, hk, &rt)) return;
+    if (threadIdx.x == 0) s_rt = rt;
+  }
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+#pragma unroll
+      for (int c = 0; c < KB; ++c) mbar_init(&full_bar[s][c], 1);  // the refilling thread
+      mbar_init(&rows_full[s][0], 64);  // the stage's producer half
+      mbar_init(&rows_full[s][1], 64);
+      mbar_init(&rows_empty[s][0], 8);  // lane 0 of the 8 consumer warps
+      mbar_init(&rows_empty[s][1], 8);
+    }
+    mbar_init(&done_bar, 128);
+    s_bad_kv = 0;
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  const int wg = threadIdx.x / 128, wtid = threadIdx.x % 128;
+  if (wg == 0) {
+    // ------------------------------------------------------------ producer
+    regs_dealloc<kProducerRegs>();
+    const RequestTile rt = s_rt;
+    const Loader loader(p, blockIdx.x / p.num_kv_heads, blockIdx.x % p.num_kv_heads);
+    const int n_tiles = rt.tile_end - rt.tile_begin;
+    const int n_loads = (n_tiles + 1) & ~1;  // whole pairs: a phantom tile is zero-filled
+    // Half h (warps 2h, 2h + 1) stages tiles h, h + 2, ... (stage h): tile
+    // 2 u + h into buffer u % 2, two uses ahead of the consumers.
+    const int half = wtid >> 6;
+    for (int u = 0; 2 * u < n_loads; ++u) {
+      if (u >= 2) mbar_wait(&rows_empty[half][u & 1], ((u - 2) >> 1) & 1);
+      const int i = 2 * u + half;
+      const int j = (rt.tile_begin + i) * N + (wtid & 63);
+      int64_t k_off, v_off;
+      // Every row of the tile through the loader's checks (a slot past the
+      // request's pages or a page id outside the cache is flagged there):
+      // the copy engine reads whatever the page coordinate names, so a bad
+      // row must turn the CTA's rows into NaN.
+      if (i < n_tiles && j < rt.kv_len && !loader.row(j, &k_off, &v_off)) s_bad_kv = 1;
+      if ((wtid & 63) == 0) {
+        int page = -1, slot = 0;
+        if (i < n_tiles) loader.page_coord((rt.tile_begin + i) * N, &page, &slot);
+        s_tile[half][u & 1][0] = page;
+        s_tile[half][u & 1][1] = slot;
+      }
+      mbar_arrive(&rows_full[half][u & 1]);
+    }
+    mbar_arrive(&done_bar);  // s_bad_kv stores above -> the consumers' epilogue
+    return;
+  }
+
+  // -------------------------------------------------------------- consumers
+  regs_alloc<kConsumerRegs>();
+  // From shared memory, not from the registers of the prologue: a value live
+  // across setmaxnreg costs a local-memory spill (ptxas).
+  const RequestTile rc = s_rt;
+  const int hk = blockIdx.x % p.num_kv_heads;
+  const int split = blockIdx.z;
+  const int n_tiles = rc.tile_end - rc.tile_begin;
+  const DT* gq = static_cast<const DT*>(p.q);
+  // Warp-uniform by construction (lane 0's value): ptxas keeps the descriptor
+  // bases in uniform registers.
+  const int w = __shfl_sync(0xffffffffu, wg, 0) - 1;
+  const int ct = threadIdx.x - 128;  // 0..255 over both consumers
+  const int warp = wtid >> 5, lane = wtid & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int G = p.group;
+
+  // Q -> shared memory (swizzled, 9 blocks); rows past the request are zero.
+  {
+    const int r = ct >> 2;
+    const int gr = rc.row0 + r;
+    const bool ok = gr < rc.R;
+    const DT* src = gq;
+    if (ok) src = gq + q_row_offset(p, rc, hk, gr);
+#pragma unroll
+    for (int q = 0; q < 18; ++q) {
+      const int chunk = (ct & 3) * 18 + q;  // 0..71
+      cp_async_16(sQ + swizzled_chunk_offset(r, chunk), src + chunk * kChunkElems, ok);
+    }
+    cp_async_commit();
+  }
+  cp_async_wait<0>();
+  fence_proxy_async();
+  named_barrier_sync(kBarConsumers, 256);  // all of Q in shared memory
+
+  const RequestMask rmask{rc.kv_len, rc.prefix, p.mask_words, p.causal != 0};
+  const int my_row[2] = {warp * 16 + g, warp * 16 + g + 8};
+  const uint32_t q_addr = smem_addr(sQ);
+  const uint32_t kA = smem_addr(sK), kB = kA + Shape::kKTileBytes;
+  unsigned char* pA = sK + kPBlock * kBlockBytes;                       // P_A over K_A's block 8
+  unsigned char* pB = sK + Shape::kKTileBytes + kPBlock * kBlockBytes;  // P_B over K_B's block 8
+  const int n_pairs = (n_tiles + 1) >> 1;
+
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.f;
+  float l[2] = {0.f, 0.f};   // this thread's partial row sums, relative to m
+  float m_run[2] = {-INFINITY, -INFINITY};  // running max m (C0 also keeps it in sM for C1)
+  float s[32];
+  uint32_t pa[16];
+
+  // Block groups each consumer refills (it is their last reader): C0 stage 0
+  // blocks 0-3 and stage 1 blocks 0-3, 8; C1 stage 1 blocks 4-7 and stage 0
+  // blocks 4-8. refill(h, u, ...) = tile 2 u + h, one copy per block issued by
+  // thread 0 of the consumer.
+  constexpr int kRefillA0[4] = {0, 1, 2, 3}, kRefillB0[5] = {0, 1, 2, 3, 8};
+  constexpr int kRefillB1[4] = {4, 5, 6, 7}, kRefillA1[5] = {4, 5, 6, 7, 8};
+  auto refill = [&](int h, int u, const auto& blocks) {
+    mbar_wait(&rows_full[h][u & 1], (u >> 1) & 1);
+    if (wtid == 0) {
+      const int page = s_tile[h][u & 1][0], slot = s_tile[h][u & 1][1];
+      for (const int b : blocks) {
+        mbar_arrive_expect_tx(&full_bar[h][b], kBlockBytes);
+        tma_load_block(sK + h * Shape::kKTileBytes + b * kBlockBytes, p.k_tmap, &full_bar[h][b],
+                       b * kBlockCols, slot, page);
+      }
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&rows_empty[h][u & 1]);
+  };
+  // Rows past kv_len came with the page: zero their values (blocks b0 ..
+  // b0 + 3 of the stage) before a P V reads them; this consumer's 128 threads.
+  auto zero_tail = [&](int stage, int tile, int b0) {
+    const int rows_valid = rc.kv_len - (rc.tile_begin + tile) * N;
+    if (tile < n_tiles && rows_valid < N) {
+      zero_tail_rows(sK + stage * Shape::kKTileBytes, b0, rows_valid, wtid);
+      fence_proxy_async();
+      named_barrier_sync(kBarZero + w, 128);
+    }
+  };
+  if (n_pairs > 0) {
+    if (w == 0) {
+      refill(0, 0, kRefillA0);
+      refill(1, 0, kRefillB0);
+    } else {
+      refill(1, 0, kRefillB1);
+      refill(0, 0, kRefillA1);
+    }
+  }
+
+  if (w == 0) {
+    // ---------------------------------------------------------- consumer 0
+    constexpr int kOrder[9] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+    // The loop is rotated: the scores of pair + 1 are issued at the end of
+    // pair (their blocks 0-3 under this pair's last P V, as those were
+    // refilled since P_A V_A[:, L]), so nothing is in flight across the back
+    // edge (else ptxas serializes every wgmma, C7514).
+    if (n_pairs > 0) {
+      issue_scores<DT, 0, 9>(s, full_bar[0], 0, true, q_addr, kA, kOrder);
+      wgmma_wait<0>();
+      fence_regs(s);
+    }
+    for (int pair = 0; pair < n_pairs; ++pair) {
+      const uint32_t par = pair & 1;
+      // Last pair: the next scores are a discarded pass over stage 0 (no
+      // barrier waits; nothing refills it), so the wgmma sequence is the same
+      // in every iteration.
+      const bool more = pair + 1 < n_pairs;
+      float mx[2];
+      mask_scores<Shape>(s, p, rc, rmask, my_row, t4, 2 * pair, true, mx);
+      float base[2], scale0[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float m0 = fmaxf(m_run[h], mx[h]);
+        base[h] = m0 == -INFINITY ? 0.f : m0;
+        scale0[h] = m0 == m_run[h] ? 1.f : fast_exp2(m_run[h] - base[h]);  // m_run = -inf -> 0
+        m_run[h] = m0;
+      }
+      if (t4 == 0) {
+        sM[my_row[0]] = m_run[0];
+        sM[my_row[1]] = m_run[1];
+        sScale0[my_row[0]] = scale0[0];
+        sScale0[my_row[1]] = scale0[1];
+      }
+      named_barrier_arrive(kBarScale0, 256);
+      float sum[2];
+      exp_scores<DT>(s, p.scale_log2, base, pa, sum);
+      l[0] = l[0] * scale0[0] + sum[0];
+      l[1] = l[1] * scale0[1] + sum[1];
+      scale_o(o, scale0);
+
+      // O_L += P_A V_A[:, L] (P from registers); then blocks 0-3 of K_A are free.
+      zero_tail(0, 2 * pair, 0);
+      fence_regs(pa);
+      fence_regs(o);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint32_t a[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
+        mma_m64n256k16_rs_tb<DT>(o, a, desc_mnmajor(kA, 0, kk));
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(o);
+      if (more) refill(0, pair + 1, kRefillA0);
+
+      // C1's max m1: P_A to m1's base for C1, O_L and l as well.
+      named_barrier_sync(kBarScale1, 256);
+      float scale1[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        scale1[h] = sScale1[my_row[h]];
+        m_run[h] = sM[my_row[h]];
+        l[h] *= scale1[h];
+      }
+      store_p<DT>(pA, s, scale1, my_row, t4);
+      fence_proxy_async();  // P_A stores -> C1's wgmma
+      named_barrier_arrive(kBarPA, 256);
+      scale_o(o, scale1);
+
+      // O_L += P_B V_B[:, L]: C1 stored P_B and queued its P_A V_A[:, R] (its
+      // completion frees the blocks 4-8 the next scores wait for last, so it
+      // goes first); acquire K_B's blocks 0-3 as well.
+      named_barrier_sync(kBarPB, 256);
+      named_barrier_sync(kBarIssued, 256);
+#pragma unroll
+      for (int b = 0; b < 4; ++b) mbar_wait(&full_bar[1][b], par);
+      zero_tail(1, 2 * pair + 1, 0);
+      fence_regs(o);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        mma_m64n256k16_ss_tb<DT>(o, desc_kmajor(kB, kPBlock * kBlockBytes, kk), desc_mnmajor(kB, 0, kk));
+      wgmma_commit();
+      // Next scores, blocks 0-3, while P_B V_B[:, L] runs; then K_B's blocks
+      // 0-3 and 8 are free; then blocks 4-8 (refilled by C1 after its P V).
+      issue_scores<DT, 0, 4>(s, full_bar[0], par ^ 1, more, q_addr, kA, kOrder);
+      wgmma_wait<4>();
+      if (more) refill(1, pair + 1, kRefillB0);
+      issue_scores<DT, 4, 9>(s, full_bar[0], par ^ 1, more, q_addr, kA, kOrder);
+      wgmma_wait<0>();
+      fence_regs(s);
+      fence_regs(o);
+    }
+  } else {
+    // ---------------------------------------------------------- consumer 1
+    // Its own refill (blocks 4-7) lands first, blocks 0-3 and 8 after C0's
+    // P_B V_B[:, L].
+    constexpr int kOrder[9] = {4, 5, 6, 7, 0, 1, 2, 3, 8};
+    for (int pair = 0; pair < n_pairs; ++pair) {
+      const uint32_t par = pair & 1;
+      issue_scores<DT, 0, 9>(s, full_bar[1], par, true, q_addr, kB, kOrder);
+      wgmma_wait<0>();
+      fence_regs(s);
+      fence_regs(o);
+
+      float mx[2];
+      mask_scores<Shape>(s, p, rc, rmask, my_row, t4, 2 * pair + 1, 2 * pair + 1 < n_tiles, mx);
+      named_barrier_sync(kBarScale0, 256);  // C0's m0 and its factor
+      float base[2], f[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float m0 = sM[my_row[h]];
+        const float scale0 = sScale0[my_row[h]];
+        const float m1 = fmaxf(m0, mx[h]);
+        base[h] = m1 == -INFINITY ? 0.f : m1;
+        const float scale1 = m1 == m0 ? 1.f : fast_exp2(m0 - base[h]);
+        f[h] = scale0 * scale1;
+        m_run[h] = m1;
+        mx[h] = scale1;
+      }
+      __syncwarp();
+      if (t4 == 0) {
+        sM[my_row[0]] = m_run[0];
+        sM[my_row[1]] = m_run[1];
+        sScale1[my_row[0]] = mx[0];
+        sScale1[my_row[1]] = mx[1];
+      }
+      named_barrier_arrive(kBarScale1, 256);
+      float sum[2];
+      exp_scores<DT>(s, p.scale_log2, base, pa, sum);
+      l[0] = l[0] * f[0] + sum[0];
+      l[1] = l[1] * f[1] + sum[1];
+      const float one[2] = {1.f, 1.f};
+      store_p<DT>(pB, s, one, my_row, t4);
+      fence_proxy_async();  // P_B stores -> C0's wgmma
+      named_barrier_arrive(kBarPB, 256);
+      scale_o(o, f);
+
+      // O_R += P_B V_B[:, R] (registers) and O_R += P_A V_A[:, R] (C0's P_A)
+      // issued back to back; C0 is told once both are queued; each block
+      // group is refilled as soon as the P V reading it completes.
+      zero_tail(1, 2 * pair + 1, 4);
+      fence_regs(pa);
+      fence_regs(o);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint32_t a[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
+        mma_m64n256k16_rs_tb<DT>(o, a, desc_mnmajor(kB, 4 * kBlockBytes, kk));
+      }
+      wgmma_commit();
+      named_barrier_sync(kBarPA, 256);
+#pragma unroll
+      for (int b = 4; b < 9; ++b) mbar_wait(&full_bar[0][b], par);
+      zero_tail(0, 2 * pair, 4);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        mma_m64n256k16_ss_tb<DT>(o, desc_kmajor(kA, kPBlock * kBlockBytes, kk),
+                                 desc_mnmajor(kA, 4 * kBlockBytes, kk));
+      wgmma_commit();
+      named_barrier_arrive(kBarIssued, 256);
+      wgmma_wait<1>();
+      if (pair + 1 < n_pairs) refill(1, pair + 1, kRefillB1);
+      wgmma_wait<0>();
+      fence_regs(o);
+      if (pair + 1 < n_pairs) refill(0, pair + 1, kRefillA1);
+    }
+  }
+  wgmma_wait<0>();
+  fence_regs(o);
+
+  // ---- row sums over both consumers' columns ----
+  float lsum[2] = {quad_sum(l[0]), quad_sum(l[1])};
+  if (t4 == 0) {
+    sSum[w * M + my_row[0]] = lsum[0];
+    sSum[w * M + my_row[1]] = lsum[1];
+  }
+  named_barrier_sync(kBarConsumers, 256);
+  lsum[0] = sSum[my_row[0]] + sSum[M + my_row[0]];
+  lsum[1] = sSum[my_row[1]] + sSum[M + my_row[1]];
+
+  mbar_wait(&done_bar, 0);  // the producer's s_bad_kv stores
+  if (s_bad_kv) {
+    write_nan_rows<Shape, DT>(p, rc.q_start, rc.R, rc.row0, hk, split, ct, 256);
+    return;
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int gr = rc.row0 + my_row[h];
+    if (gr >= rc.R) continue;
+    const int64_t token = rc.q_start + gr / G;
+    const int head = hk * G + gr % G;
+    const float inv = lsum[h] > 0.f ? 1.f / lsum[h] : 0.f;
+    const float lse = OnlineSoftmaxRow::lse(m_run[h], lsum[h]);
+    if (p.num_splits == 1) {
+      DT* orow = static_cast<DT*>(p.out) + token * p.out_stride_token + head * p.out_stride_head +
+                 w * 256 + 2 * t4;
+#pragma unroll
+      for (int i = 0; i < 32; ++i)
+        *reinterpret_cast<uint32_t*>(orow + i * 8) =
+            DTypeTraits<DT>::pack(o[i * 4 + 2 * h] * inv, o[i * 4 + 2 * h + 1] * inv);
+      if (p.lse != nullptr && w == 0 && t4 == 0)
+        p.lse[token * p.lse_stride_token + head * p.lse_stride_head] = lse;
+    } else {
+      const int64_t wrow = workspace_row(split, p.ws_rows, token, p.num_qo_heads, head);
+      float* orow = p.ws_o + wrow * DV + w * 256 + 2 * t4;
+#pragma unroll
+      for (int i = 0; i < 32; ++i)
+        *reinterpret_cast<float2*>(orow + i * 8) =
+            make_float2(o[i * 4 + 2 * h] * inv, o[i * 4 + 2 * h + 1] * inv);
+      if (w == 0 && t4 == 0) p.ws_lse[wrow] = lse;
+    }
+  }
+#else
+  // Built for another architecture: the plan never selects this kernel there.
+  __trap();
+#endif
+}
+
+}  // namespace verify_attn
+
+#endif  // VERIFY_ATTN_SM90_MLA_SEESAW_KERNEL_CUH_

@@ -1,0 +1,41 @@
+// Bulk tensor copies (TMA) of the sm_90a path: one 64 x 64 block of the paged
+// K cache (128-byte swizzled, the layout of kernels/sm90/swizzle.cuh) per copy,
+// completing on an mbarrier by transaction bytes.
+//
+// Device side here; the tensor map itself is encoded on the host
+// (kernels/sm90/tma_host.h) into KernelParams::k_tmap, which the kernel reads
+// through its __grid_constant__ parameter. PTX ISA 8.0: "cp.async.bulk.tensor",
+// "mbarrier.arrive.expect_tx". Coordinates outside the tensor (a bad or absent
+// page) are filled with zeros by the copy engine and still count their bytes.
+#ifndef VERIFY_ATTN_SM90_TMA_CUH_
+#define VERIFY_ATTN_SM90_TMA_CUH_
+
+#include <stdint.h>
+
+#include "kernels/core/mma.cuh"
+
+namespace verify_attn {
+namespace sm90 {
+
+// One arrival on `bar` that also expects `bytes` more transaction bytes.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+
+// Box {c0 .. c0 + 63 (columns), c1 .. c1 + 63 (slots of a page), page c2} of
+// the 3-D map [page][slot][column] into `dst` (1024-byte aligned).
+__device__ __forceinline__ void tma_load_block(void* dst, const void* tmap, uint64_t* bar, int c0,
+                                               int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
+      : "memory");
+}
+
+}  // namespace sm90
+}  // namespace verify_attn
+
+#endif  // VERIFY_ATTN_SM90_TMA_CUH_
