@@ -2,9 +2,16 @@
 
     ncu --clock-control none -k regex:attention_kernel -c 1 --section SpeedOfLight \
         python3 tools/profile_case.py --kind=mla --batch=1 --heads=16 --q_len=64 --prefix=32768
+
+--impl=flashmla runs FlashMLA's dense decode instead (the bench's chain baseline:
+causal chain of the same shape, page block 64, ``use_legacy=True``), imported
+from --flashmla_site (where the staged sgl-flash-mla wheel was installed with
+``pip install --no-deps --target``); its kernel is ``flash_fwd_splitkv_mla_kernel``
+(tools/ncu_case.sh's kernel filter takes it too).
 """
 
 import argparse
+import sys
 
 import torch
 
@@ -24,7 +31,11 @@ def main():
     ap.add_argument("--page_size", type=int, default=1)
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--num_splits", type=int, default=0)
+    ap.add_argument("--impl", default="verify_attn", choices=["verify_attn", "flashmla"])
+    ap.add_argument("--flashmla_site", default="/tmp/fmla_site")
     a = ap.parse_args()
+    if a.impl == "flashmla":
+        return run_flashmla(a)
     dev, dt = "cuda", torch.bfloat16
     mla = a.kind == "mla"
     hkv = 1 if mla else a.kv_heads
@@ -60,6 +71,41 @@ def main():
     us = start.elapsed_time(end) / 10 * 1e3
     flops = 2 * a.heads * a.q_len * kv * (dqk + dvo) * a.batch
     print("mean %.1f us, %.1f TFLOP/s" % (us, flops / us / 1e6))
+
+
+def run_flashmla(a):
+    """FlashMLA's causal chain of the shape (MLA only), timed like ours."""
+    if a.kind != "mla":
+        raise SystemExit("--impl=flashmla: MLA shapes only (--kind=mla)")
+    sys.path.insert(0, a.flashmla_site)
+    import flash_mla  # noqa: E402  (the staged wheel, not a dependency of this repo)
+
+    dev, dt = "cuda", torch.bfloat16
+    kv = a.prefix + a.q_len
+    nb = (kv + 63) // 64
+    q = torch.randn(a.batch, a.q_len, a.heads, 576, device=dev, dtype=dt)
+    k = torch.randn(a.batch * nb + 8, 64, 1, 576, device=dev, dtype=dt)
+    table = torch.randperm(a.batch * nb + 8, device=dev)[: a.batch * nb].to(torch.int32).view(a.batch, nb)
+    seqlens = torch.full((a.batch,), kv, device=dev, dtype=torch.int32)
+    sched, splits = flash_mla.get_mla_metadata(seqlens, a.q_len * a.heads, 1)
+
+    def call():
+        return flash_mla.flash_mla_with_kvcache(q, k, table, seqlens, head_dim_v=512, tile_scheduler_metadata=sched,
+                                                num_splits=splits, softmax_scale=576 ** -0.5, causal=True,
+                                                use_legacy=True)
+
+    for _ in range(a.iters):
+        call()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(10):
+        call()
+    end.record()
+    torch.cuda.synchronize()
+    us = start.elapsed_time(end) / 10 * 1e3
+    flops = 2 * a.heads * a.q_len * kv * (576 + 512) * a.batch
+    print("flashmla mean %.1f us, %.1f TFLOP/s" % (us, flops / us / 1e6))
 
 
 if __name__ == "__main__":
