@@ -66,6 +66,7 @@
 #include "kernels/core/types.cuh"
 #include "kernels/launch.h"
 #include "kernels/plan.h"
+#include "kernels/sm90/mla_consumer.cuh"
 #include "kernels/sm90/swizzle.cuh"
 #include "kernels/sm90/sync.cuh"
 #include "kernels/sm90/tma.cuh"
@@ -94,47 +95,6 @@ constexpr int kBarPB = 4;       // C1 stored P_B
 constexpr int kBarConsumers = 5;
 constexpr int kBarZero = 6;     // 6, 7: one consumer's own (tail rows zeroed)
 constexpr int kBarIssued = 8;   // C1 issued P_A V_A[:, R]
-
-// Scores of one tile: mask (draft / boundary tiles, or a phantom tile), scale
-// to base 2, return the row maxima of this thread's two rows (quad-reduced).
-template <class Shape>
-__device__ __forceinline__ void mask_scores(float (&s)[32], const KernelParams& p,
-                                            const RequestTile& rc, const RequestMask& rmask,
-                                            const int (&my_row)[2], int t4, int tile, bool exists,
-                                            float (&mx)[2]) {
-  constexpr int N = Shape::kN;
-  mx[0] = mx[1] = -INFINITY;
-  const int j0 = (rc.tile_begin + tile) * N;
-  if (!exists || rmask.tile_needs_mask(j0, N)) {
-    RowMask rows[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int gr = rc.row0 + my_row[h];
-      rows[h].valid = gr < rc.R;
-      rows[h].t = rows[h].valid ? gr / p.group : 0;
-      rows[h].words = (!p.causal && rows[h].valid)
-                          ? p.tree_mask + static_cast<int64_t>(rc.q_start + rows[h].t) * p.mask_words
-                          : nullptr;
-    }
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = j0 + i * 8 + 2 * t4 + (e & 1);
-        float x = s[i * 4 + e];
-        if (!exists || !rmask.visible(rows[e >> 1], col)) x = -INFINITY;
-        s[i * 4 + e] = x;
-        mx[e >> 1] = fmaxf(mx[e >> 1], x);
-      }
-  } else {
-#pragma unroll
-    for (int i = 0; i < 32; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
-  }
-  // Unscaled scores; the max is scaled (scale_log2 > 0) and exp_scores folds
-  // the scale into one FFMA per exponent.
-  mx[0] = quad_max(mx[0]) * p.scale_log2;
-  mx[1] = quad_max(mx[1]) * p.scale_log2;
-}
 
 // P = exp2(S - base) in place; returns this thread's partial row sums and the
 // bf16/fp16 pairs in the wgmma A-register layout (pa[2 k] = columns 8 k + 2 t4,
@@ -165,19 +125,6 @@ __device__ __forceinline__ void store_p(unsigned char* dst, const float (&s)[32]
     for (int h = 0; h < 2; ++h)
       *reinterpret_cast<uint32_t*>(dst + swizzled_chunk_offset(my_row[h], i) + 4 * t4) =
           DTypeTraits<DT>::pack(s[i * 4 + 2 * h] * scale[h], s[i * 4 + 2 * h + 1] * scale[h]);
-  }
-}
-
-// Skipped by the whole warp when all its factors are exactly 1 (no row max
-// of the warp moved: the factors are then set to 1, not computed).
-__device__ __forceinline__ void scale_o(float (&o)[128], const float (&f)[2]) {
-  if (!__any_sync(0xffffffffu, f[0] != 1.f || f[1] != 1.f)) return;
-#pragma unroll
-  for (int i = 0; i < 32; ++i) {
-    o[i * 4 + 0] *= f[0];
-    o[i * 4 + 1] *= f[0];
-    o[i * 4 + 2] *= f[1];
-    o[i * 4 + 3] *= f[1];
   }
 }
 
@@ -318,32 +265,14 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   const int hk = blockIdx.x % p.num_kv_heads;
   const int split = blockIdx.z;
   const int n_tiles = rc.tile_end - rc.tile_begin;
-  const DT* gq = static_cast<const DT*>(p.q);
   // Warp-uniform by construction (lane 0's value): ptxas keeps the descriptor
   // bases in uniform registers.
   const int w = __shfl_sync(0xffffffffu, wg, 0) - 1;
   const int ct = threadIdx.x - 128;  // 0..255 over both consumers
   const int warp = wtid >> 5, lane = wtid & 31;
   const int g = lane >> 2, t4 = lane & 3;
-  const int G = p.group;
 
-  // Q -> shared memory (swizzled, 9 blocks); rows past the request are zero.
-  {
-    const int r = ct >> 2;
-    const int gr = rc.row0 + r;
-    const bool ok = gr < rc.R;
-    const DT* src = gq;
-    if (ok) src = gq + q_row_offset(p, rc, hk, gr);
-#pragma unroll
-    for (int q = 0; q < 18; ++q) {
-      const int chunk = (ct & 3) * 18 + q;  // 0..71
-      cp_async_16(sQ + swizzled_chunk_offset(r, chunk), src + chunk * kChunkElems, ok);
-    }
-    cp_async_commit();
-  }
-  cp_async_wait<0>();
-  fence_proxy_async();
-  named_barrier_sync(kBarConsumers, 256);  // all of Q in shared memory
+  load_q_tile<DT>(sQ, p, rc, hk, ct, kBarConsumers);
 
   const RequestMask rmask{rc.kv_len, rc.prefix, p.mask_words, p.causal != 0};
   const int my_row[2] = {warp * 16 + g, warp * 16 + g + 8};
@@ -419,7 +348,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       // in every iteration.
       const bool more = pair + 1 < n_pairs;
       float mx[2];
-      mask_scores<Shape>(s, p, rc, rmask, my_row, t4, 2 * pair, true, mx);
+      mask_scores<N>(s, p, rc, rmask, my_row, t4, 2 * pair, true, mx);
       float base[2], scale0[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -507,7 +436,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       fence_regs(o);
 
       float mx[2];
-      mask_scores<Shape>(s, p, rc, rmask, my_row, t4, 2 * pair + 1, 2 * pair + 1 < n_tiles, mx);
+      mask_scores<N>(s, p, rc, rmask, my_row, t4, 2 * pair + 1, 2 * pair + 1 < n_tiles, mx);
       named_barrier_sync(kBarScale0, 256);  // C0's m0 and its factor
       float base[2], f[2];
 #pragma unroll
@@ -573,48 +502,14 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   wgmma_wait<0>();
   fence_regs(o);
 
-  // ---- row sums over both consumers' columns ----
-  float lsum[2] = {quad_sum(l[0]), quad_sum(l[1])};
-  if (t4 == 0) {
-    sSum[w * M + my_row[0]] = lsum[0];
-    sSum[w * M + my_row[1]] = lsum[1];
-  }
-  named_barrier_sync(kBarConsumers, 256);
-  lsum[0] = sSum[my_row[0]] + sSum[M + my_row[0]];
-  lsum[1] = sSum[my_row[1]] + sSum[M + my_row[1]];
-
+  float lsum[2];
+  reduce_row_sums<M>(l, sSum, w, my_row, t4, kBarConsumers, lsum);
   mbar_wait(&done_bar, 0);  // the producer's s_bad_kv stores
   if (s_bad_kv) {
     write_nan_rows<Shape, DT>(p, rc.q_start, rc.R, rc.row0, hk, split, ct, 256);
     return;
   }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int gr = rc.row0 + my_row[h];
-    if (gr >= rc.R) continue;
-    const int64_t token = rc.q_start + gr / G;
-    const int head = hk * G + gr % G;
-    const float inv = lsum[h] > 0.f ? 1.f / lsum[h] : 0.f;
-    const float lse = OnlineSoftmaxRow::lse(m_run[h], lsum[h]);
-    if (p.num_splits == 1) {
-      DT* orow = static_cast<DT*>(p.out) + token * p.out_stride_token + head * p.out_stride_head +
-                 w * 256 + 2 * t4;
-#pragma unroll
-      for (int i = 0; i < 32; ++i)
-        *reinterpret_cast<uint32_t*>(orow + i * 8) =
-            DTypeTraits<DT>::pack(o[i * 4 + 2 * h] * inv, o[i * 4 + 2 * h + 1] * inv);
-      if (p.lse != nullptr && w == 0 && t4 == 0)
-        p.lse[token * p.lse_stride_token + head * p.lse_stride_head] = lse;
-    } else {
-      const int64_t wrow = workspace_row(split, p.ws_rows, token, p.num_qo_heads, head);
-      float* orow = p.ws_o + wrow * DV + w * 256 + 2 * t4;
-#pragma unroll
-      for (int i = 0; i < 32; ++i)
-        *reinterpret_cast<float2*>(orow + i * 8) =
-            make_float2(o[i * 4 + 2 * h] * inv, o[i * 4 + 2 * h + 1] * inv);
-      if (w == 0 && t4 == 0) p.ws_lse[wrow] = lse;
-    }
-  }
+  write_rows<Shape, DT>(p, rc, hk, split, w, o, lsum, m_run, my_row, t4);
 #else
   // Built for another architecture: the plan never selects this kernel there.
   __trap();

@@ -43,6 +43,7 @@
 #include "kernels/core/types.cuh"
 #include "kernels/launch.h"
 #include "kernels/plan.h"
+#include "kernels/sm90/mla_consumer.cuh"
 #include "kernels/sm90/swizzle.cuh"
 #include "kernels/sm90/sync.cuh"
 #include "kernels/sm90/wgmma.cuh"
@@ -123,7 +124,6 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const Ker
   const Loader loader(p, blockIdx.x / p.num_kv_heads, hk);
   RequestTile rt;
   if (!start_request<Shape, DT>(p, loader, hk, &rt)) return;
-  const int G = p.group;
   const int n_tiles = rt.tile_end - rt.tile_begin;
 
   if (tid == 0) {
@@ -140,7 +140,6 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const Ker
   __syncthreads();
 
   const DT* gk = static_cast<const DT*>(p.k);
-  const DT* gq = static_cast<const DT*>(p.q);
 
   if (wg == 0) {
     // ------------------------------------------------------------ producer
@@ -253,23 +252,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const Ker
     const int warp = wtid >> 5, lane = wtid & 31;
     const int g = lane >> 2, t4 = lane & 3;
 
-    // Q -> shared memory (swizzled, 9 blocks); rows past the request are zero.
-    {
-      const int r = ct >> 2;
-      const int gr = rc.row0 + r;
-      const bool ok = gr < rc.R;
-      const DT* src = gq;
-      if (ok) src = gq + q_row_offset(p, rc, hk, gr);
-#pragma unroll
-      for (int q = 0; q < 18; ++q) {
-        const int chunk = (ct & 3) * 18 + q;  // 0..71
-        cp_async_16(sQ + swizzled_chunk_offset(r, chunk), src + chunk * kChunkElems, ok);
-      }
-      cp_async_commit();
-    }
-    cp_async_wait<0>();
-    fence_proxy_async();
-    named_barrier_sync(kBarConsumers, 256);  // all of Q in shared memory
+    load_q_tile<DT>(sQ, p, rc, hk, ct, kBarConsumers);
 
     const RequestMask rmask{rc.kv_len, rc.prefix, p.mask_words, p.causal != 0};
     const int my_row[2] = {warp * 16 + g, warp * 16 + g + 8};
@@ -328,38 +311,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const Ker
       wgmma_wait<0>();
       fence_regs(s);
 
-      float mx[2] = {-INFINITY, -INFINITY};
-      const int j0 = (rc.tile_begin + 2 * pair + w) * N;
-      if (!has_own || rmask.tile_needs_mask(j0, N)) {
-        RowMask rows[2];  // draft / boundary tiles only
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int gr = rc.row0 + my_row[h];
-          rows[h].valid = gr < rc.R;
-          rows[h].t = rows[h].valid ? gr / G : 0;
-          rows[h].words = (!p.causal && rows[h].valid)
-                              ? p.tree_mask + static_cast<int64_t>(rc.q_start + rows[h].t) * p.mask_words
-                              : nullptr;
-        }
-#pragma unroll
-        for (int i = 0; i < 8; ++i)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int col = j0 + i * 8 + 2 * t4 + (e & 1);
-            float x = s[i * 4 + e];
-            if (!has_own || !rmask.visible(rows[e >> 1], col)) x = -INFINITY;
-            s[i * 4 + e] = x;
-            mx[e >> 1] = fmaxf(mx[e >> 1], x);
-          }
-      } else {
-#pragma unroll
-        for (int i = 0; i < 32; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
-      }
-      // Scores stay unscaled: the row max is scaled here (scale_log2 > 0, the
-      // C-ABI checks it, so max and scaling commute) and each exponent is one
-      // FFMA, s * scale_log2 - base (FlashMLA folds the scale the same way).
-      mx[0] = quad_max(mx[0]) * p.scale_log2;
-      mx[1] = quad_max(mx[1]) * p.scale_log2;
+      float mx[2];
+      mask_scores<N>(s, p, rc, rmask, my_row, t4, 2 * pair + w, has_own, mx);
 
       // ---- one running max for both consumers ----
       if (t4 == 0) {
@@ -393,18 +346,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const Ker
         *reinterpret_cast<uint32_t*>(my_p + swizzled_chunk_offset(my_row[1], i) + 4 * t4) =
             DTypeTraits<DT>::pack(p2, p3);
       }
-      // Rescale O only when a row max of this warp moved (update() returns
-      // exactly 1 otherwise): once the running max settles, most tiles skip
-      // these 128 multiplies, which sit between the scores and the P V.
-      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          o[i * 4 + 0] *= alpha[0];
-          o[i * 4 + 1] *= alpha[0];
-          o[i * 4 + 2] *= alpha[1];
-          o[i * 4 + 3] *= alpha[1];
-        }
-      }
+      scale_o(o, alpha);  // skipped by warps whose row maxima did not move
       fence_proxy_async();  // P stores -> the wgmma reads of both consumers
       named_barrier_sync(kBarPairP, 256);
       // The other consumer waited for its tile; wait here as well so this
@@ -435,15 +377,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const Ker
       if (lane == 0) mbar_arrive(&empty_bar[1]);
     }
 
-    // ---- row sums over both consumers' columns ----
-    float lsum[2] = {quad_sum(sm[0].l), quad_sum(sm[1].l)};
-    if (t4 == 0) {
-      sSum[w * M + my_row[0]] = lsum[0];
-      sSum[w * M + my_row[1]] = lsum[1];
-    }
-    named_barrier_sync(kBarConsumers, 256);
-    lsum[0] = sSum[my_row[0]] + sSum[M + my_row[0]];
-    lsum[1] = sSum[my_row[1]] + sSum[M + my_row[1]];
+    const float l_part[2] = {sm[0].l, sm[1].l};
+    float lsum[2];
+    reduce_row_sums<M>(l_part, sSum, w, my_row, t4, kBarConsumers, lsum);
 
     // No CTA-wide barrier with the producer (the warpgroups leave their roles
     // at different points): s_bad_kv is final here, as the producer sets it
@@ -453,33 +389,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const Ker
       write_nan_rows<Shape, DT>(p, rc.q_start, rc.R, rc.row0, hk, split, ct, 256);
       return;
     }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int gr = rc.row0 + my_row[h];
-      if (gr >= rc.R) continue;
-      const int64_t token = rc.q_start + gr / G;
-      const int head = hk * G + gr % G;
-      const float inv = lsum[h] > 0.f ? 1.f / lsum[h] : 0.f;
-      const float lse = OnlineSoftmaxRow::lse(sm[h].m, lsum[h]);
-      if (p.num_splits == 1) {
-        DT* orow = static_cast<DT*>(p.out) + token * p.out_stride_token +
-                   head * p.out_stride_head + w * 256 + 2 * t4;
-#pragma unroll
-        for (int i = 0; i < 32; ++i)
-          *reinterpret_cast<uint32_t*>(orow + i * 8) =
-              DTypeTraits<DT>::pack(o[i * 4 + 2 * h] * inv, o[i * 4 + 2 * h + 1] * inv);
-        if (p.lse != nullptr && w == 0 && t4 == 0)
-          p.lse[token * p.lse_stride_token + head * p.lse_stride_head] = lse;
-      } else {
-        const int64_t wrow = workspace_row(split, p.ws_rows, token, p.num_qo_heads, head);
-        float* orow = p.ws_o + wrow * DV + w * 256 + 2 * t4;
-#pragma unroll
-        for (int i = 0; i < 32; ++i)
-          *reinterpret_cast<float2*>(orow + i * 8) =
-              make_float2(o[i * 4 + 2 * h] * inv, o[i * 4 + 2 * h + 1] * inv);
-        if (w == 0 && t4 == 0) p.ws_lse[wrow] = lse;
-      }
-    }
+    const float m_row[2] = {sm[0].m, sm[1].m};
+    write_rows<Shape, DT>(p, rc, hk, split, w, o, lsum, m_row, my_row, t4);
     return;
   }
   // producer: every copy of this thread landed (publish_block<0>); leave.

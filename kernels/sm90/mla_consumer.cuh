@@ -1,0 +1,168 @@
+// The pieces both sm_90a MLA kernels' consumer warpgroups share
+// (kernels/sm90/mla_wgmma_kernel.cuh, kernels/sm90/mla_seesaw_kernel.cuh):
+// the Q tile into shared memory, the scores' mask and row maxima, the O
+// rescale, and the epilogue (row sums over both consumers, output rows or
+// split-K workspace rows).
+//
+// Fragment layout (kernels/sm90/wgmma.cuh): thread (warp, g = lane / 4,
+// t4 = lane % 4) of a consumer holds rows my_row = {16 warp + g, + 8} of the
+// CTA's 64 folded rows; of a 64-column score tile, s[4 i + e] is row
+// my_row[e / 2], column 8 i + 2 t4 + e % 2; of its 256 output columns,
+// o[4 i + e] the same rows, columns 8 i + 2 t4 + e % 2.
+#ifndef VERIFY_ATTN_SM90_MLA_CONSUMER_CUH_
+#define VERIFY_ATTN_SM90_MLA_CONSUMER_CUH_
+
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/core/mask.cuh"
+#include "kernels/core/mma.cuh"
+#include "kernels/core/request.cuh"
+#include "kernels/core/softmax.cuh"
+#include "kernels/core/types.cuh"
+#include "kernels/launch.h"
+#include "kernels/sm90/swizzle.cuh"
+#include "kernels/sm90/sync.cuh"
+
+namespace verify_attn {
+namespace sm90 {
+
+// Q (the CTA's 64 folded rows x 576) into shared memory as 9 swizzled blocks
+// (K-major wgmma A operand); rows past the request are zero. ct = 0..255 over
+// both consumers, which then meet at named barrier `bar`.
+template <typename DT>
+__device__ __forceinline__ void load_q_tile(unsigned char* sQ, const KernelParams& p,
+                                            const RequestTile& rc, int hk, int ct, int bar) {
+  const int r = ct >> 2;
+  const int gr = rc.row0 + r;
+  const bool ok = gr < rc.R;
+  const DT* src = static_cast<const DT*>(p.q);
+  if (ok) src += q_row_offset(p, rc, hk, gr);
+#pragma unroll
+  for (int q = 0; q < 18; ++q) {
+    const int chunk = (ct & 3) * 18 + q;  // 0..71
+    cp_async_16(sQ + swizzled_chunk_offset(r, chunk), src + chunk * kChunkElems, ok);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  fence_proxy_async();
+  named_barrier_sync(bar, 256);  // all of Q in shared memory
+}
+
+// Scores of KV tile `tile` of the split (64 columns): masked only on draft /
+// boundary tiles or a phantom tile (exists = false: the odd tile of a last
+// pair, every column masked); returns this thread's two rows' maxima,
+// quad-reduced and scaled to base 2 (scale_log2 > 0, the C-ABI checks it, so
+// max and scaling commute). The scores stay unscaled: each exponent is one
+// FFMA, s * scale_log2 - base.
+template <int N>
+__device__ __forceinline__ void mask_scores(float (&s)[32], const KernelParams& p,
+                                            const RequestTile& rc, const RequestMask& rmask,
+                                            const int (&my_row)[2], int t4, int tile, bool exists,
+                                            float (&mx)[2]) {
+  mx[0] = mx[1] = -INFINITY;
+  const int j0 = (rc.tile_begin + tile) * N;
+  if (!exists || rmask.tile_needs_mask(j0, N)) {
+    RowMask rows[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int gr = rc.row0 + my_row[h];
+      rows[h].valid = gr < rc.R;
+      rows[h].t = rows[h].valid ? gr / p.group : 0;
+      rows[h].words = (!p.causal && rows[h].valid)
+                          ? p.tree_mask + static_cast<int64_t>(rc.q_start + rows[h].t) * p.mask_words
+                          : nullptr;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = j0 + i * 8 + 2 * t4 + (e & 1);
+        float x = s[i * 4 + e];
+        if (!exists || !rmask.visible(rows[e >> 1], col)) x = -INFINITY;
+        s[i * 4 + e] = x;
+        mx[e >> 1] = fmaxf(mx[e >> 1], x);
+      }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+  }
+  mx[0] = quad_max(mx[0]) * p.scale_log2;
+  mx[1] = quad_max(mx[1]) * p.scale_log2;
+}
+
+// O *= f per row. Skipped by the whole warp when all its factors are exactly
+// 1 (no row max of the warp moved: the factors are then set to 1, not
+// computed; OnlineSoftmaxRow::update does the same): once the running max
+// settles, most tiles skip these 128 multiplies.
+__device__ __forceinline__ void scale_o(float (&o)[128], const float (&f)[2]) {
+  if (!__any_sync(0xffffffffu, f[0] != 1.f || f[1] != 1.f)) return;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    o[i * 4 + 0] *= f[0];
+    o[i * 4 + 1] *= f[0];
+    o[i * 4 + 2] *= f[1];
+    o[i * 4 + 3] *= f[1];
+  }
+}
+
+// Row sums over both consumers' columns: l = this thread's partial sums (its
+// columns of its two rows), sSum = [2][64] fp32, both consumers meet at named
+// barrier `bar`.
+template <int M>
+__device__ __forceinline__ void reduce_row_sums(const float (&l)[2], float* sSum, int w,
+                                                const int (&my_row)[2], int t4, int bar,
+                                                float (&lsum)[2]) {
+  lsum[0] = quad_sum(l[0]);
+  lsum[1] = quad_sum(l[1]);
+  if (t4 == 0) {
+    sSum[w * M + my_row[0]] = lsum[0];
+    sSum[w * M + my_row[1]] = lsum[1];
+  }
+  named_barrier_sync(bar, 256);
+  lsum[0] = sSum[my_row[0]] + sSum[M + my_row[0]];
+  lsum[1] = sSum[my_row[1]] + sSum[M + my_row[1]];
+}
+
+// Consumer w's 256 output columns of its two rows, normalised by the row
+// sums, and the rows' lse (base-2 max m): into out / lse with one split, else
+// into the split's workspace rows (merged by merge_kernel).
+template <class Shape, typename DT>
+__device__ __forceinline__ void write_rows(const KernelParams& p, const RequestTile& rc, int hk,
+                                           int split, int w, const float (&o)[128],
+                                           const float (&lsum)[2], const float (&m)[2],
+                                           const int (&my_row)[2], int t4) {
+  const int G = p.group;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int gr = rc.row0 + my_row[h];
+    if (gr >= rc.R) continue;
+    const int64_t token = rc.q_start + gr / G;
+    const int head = hk * G + gr % G;
+    const float inv = lsum[h] > 0.f ? 1.f / lsum[h] : 0.f;
+    const float lse = OnlineSoftmaxRow::lse(m[h], lsum[h]);
+    if (p.num_splits == 1) {
+      DT* orow = static_cast<DT*>(p.out) + token * p.out_stride_token + head * p.out_stride_head +
+                 w * 256 + 2 * t4;
+#pragma unroll
+      for (int i = 0; i < 32; ++i)
+        *reinterpret_cast<uint32_t*>(orow + i * 8) =
+            DTypeTraits<DT>::pack(o[i * 4 + 2 * h] * inv, o[i * 4 + 2 * h + 1] * inv);
+      if (p.lse != nullptr && w == 0 && t4 == 0)
+        p.lse[token * p.lse_stride_token + head * p.lse_stride_head] = lse;
+    } else {
+      const int64_t wrow = workspace_row(split, p.ws_rows, token, p.num_qo_heads, head);
+      float* orow = p.ws_o + wrow * Shape::kDv + w * 256 + 2 * t4;
+#pragma unroll
+      for (int i = 0; i < 32; ++i)
+        *reinterpret_cast<float2*>(orow + i * 8) =
+            make_float2(o[i * 4 + 2 * h] * inv, o[i * 4 + 2 * h + 1] * inv);
+      if (w == 0 && t4 == 0) p.ws_lse[wrow] = lse;
+    }
+  }
+}
+
+}  // namespace sm90
+}  // namespace verify_attn
+
+#endif  // VERIFY_ATTN_SM90_MLA_CONSUMER_CUH_
