@@ -76,6 +76,9 @@ constexpr bool uses_tma() {
   }
 }
 
+template <int ID, class Loader>
+va_status launch_config(const KernelParams& kp, const Plan& plan, int dtype, void* stream);
+
 template <class Shape, typename DT, class Loader>
 va_status launch_one(const KernelParams& kp_in, const Plan& plan, int dtype, void* stream) {
   if constexpr (uses_tma<Shape>() && !Loader::kPaged) {
@@ -86,8 +89,11 @@ va_status launch_one(const KernelParams& kp_in, const Plan& plan, int dtype, voi
     if (st != VA_OK) return st;
     KernelParams kp = kp_in;
     if constexpr (uses_tma<Shape>()) {
-      st = encode_k_tmap(&kp, dtype);
-      if (st != VA_OK) return st;
+      // The plan only picks TMA for caches the map's rules accept
+      // (kernels/plan.cc, tma_k_cache_ok); should the driver still refuse the
+      // map, the cp.async kernel (same tile shape, splits and workspace) runs.
+      if (encode_k_tmap(&kp, dtype) != VA_OK)
+        return launch_config<kCfgMlaWgmmaM64N64PR, Loader>(kp_in, plan, dtype, stream);
     }
     const dim3 grid(static_cast<unsigned>(kp.batch_size * kp.num_kv_heads),
                     static_cast<unsigned>(plan.row_tiles), static_cast<unsigned>(plan.splits));

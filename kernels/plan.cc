@@ -57,9 +57,12 @@ bool built_sm90a() {
 
 // Whether the K cache can be read by bulk tensor copies (the tensor map of
 // kernels/sm90/tma_host.h): a paged MLA cache (one KV head) with page_size a
-// multiple of 64 (a 64-row tile lies in one page), a 16-byte aligned base and
-// token / page strides that are multiples of 16 bytes below 2^40
-// (cuTensorMapEncodeTiled's rules).
+// multiple of 64 (a 64-row tile lies in one page), a 16-byte aligned base,
+// token / page strides that are multiples of 16 bytes below 2^40, and a
+// page-major layout whose rows do not overlap (token stride >= 576, page
+// stride >= page_size x token stride): cuTensorMapEncodeTiled's rules
+// (cuda.h) for the map of kernels/sm90/tma_host.h. A cache outside them takes
+// the cp.async kernel, which reads any layout the C-ABI accepts.
 bool tma_k_cache_ok(const va_params& p) {
   if (p.kv_layout != VA_KV_PAGED || p.v_is_k_prefix != 1 || p.num_kv_heads != 1) return false;
   if (p.page_size <= 0 || p.page_size % 64 != 0 || p.num_pages < 1 || p.num_pages > 0x7fffffff)
@@ -67,7 +70,8 @@ bool tma_k_cache_ok(const va_params& p) {
   const int64_t lim = int64_t{1} << 39;  // elements: 2 bytes each, below 2^40 bytes
   auto stride_ok = [&](int64_t e) { return e > 0 && e < lim && (e * 2) % 16 == 0; };
   return reinterpret_cast<uintptr_t>(p.k) % 16 == 0 && stride_ok(p.k_stride_token) &&
-         stride_ok(p.k_stride_page);
+         stride_ok(p.k_stride_page) && p.k_stride_token >= 576 &&
+         p.k_stride_page / p.page_size >= p.k_stride_token;  // page >= page_size rows, no overflow
 }
 
 }  // namespace

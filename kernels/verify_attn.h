@@ -35,6 +35,10 @@
  *     KV row j of request i lives in page p = kv_indices[kv_indptr[i] + j / page_size]
  *     at slot s = j % page_size: element offset p * k_stride_page +
  *     s * k_stride_token + hk * k_stride_head. kv_len_i = kv_len[i].
+ *     Every page named by kv_indices must be whole (page_size slots): with
+ *     page_size a multiple of 64 the sm_90 kernel copies 64-slot blocks of a
+ *     page, including the slots past kv_len_i in a request's last page (their
+ *     values are zeroed in shared memory, never used).
  *   All strides are in ELEMENTS; the last dimension of q, k, v, out must be
  *   contiguous (stride 1) and 16-byte aligned.
  *

@@ -30,18 +30,20 @@ inline va_status encode_k_tmap(KernelParams* kp, int dtype) {
                    "page_size: the TMA configuration needs a paged cache with page_size a multiple "
                    "of 64 (got %d)",
                    kp->page_size);
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
-  if (encode == nullptr) {
+  // Looked up once (a function-local static: thread-safe initialisation).
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult q;
-    cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                                     cudaEnableDefault, &q);
-    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || fn == nullptr) {
+    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                           cudaEnableDefault, &q);
+    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess) {
       cudaGetLastError();
-      return va_fail(VA_ERR_CUDA, "device: cuTensorMapEncodeTiled not found in the driver");
+      fn = nullptr;
     }
-    encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (encode == nullptr)
+    return va_fail(VA_ERR_CUDA, "device: cuTensorMapEncodeTiled not found in the driver");
   const cuuint64_t dims[3] = {576, static_cast<cuuint64_t>(kp->page_size),
                               static_cast<cuuint64_t>(kp->num_pages)};
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(kp->k_stride_token) * 2,

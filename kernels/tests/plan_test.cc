@@ -150,6 +150,14 @@ int main() {
       q.k_stride_token = 580;  // 1160 bytes: not a multiple of 16
       CHECK(name(q, sm90) == gather, "token stride 1160 bytes: %s", plan.name);
       q = p;
+      q.k_stride_token = 512;  // overlapping rows: the C-ABI accepts it, the tensor map does not
+      q.k_stride_page = 64 * 512;
+      CHECK(name(q, sm90) == gather, "overlapping rows: %s", plan.name);
+      q = p;
+      q.k_stride_token = 1000 * 576;  // slot-major: [page_size][num_pages] pages interleaved
+      q.k_stride_page = 576;
+      CHECK(name(q, sm90) == gather, "interleaved pages: %s", plan.name);
+      q = p;
       q.k_stride_token = 640;  // a padded cache: 1280 bytes
       q.k_stride_page = 64 * 640;
       CHECK(name(q, sm90) == tma, "padded cache: %s", plan.name);

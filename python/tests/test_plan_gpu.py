@@ -16,13 +16,15 @@ pytestmark = [
 ]
 
 
+@pytest.mark.parametrize("ps", [16, 64], ids=["page16", "page64"])
 @pytest.mark.parametrize("mla", [True, False])
-def test_graph_replay_with_new_lengths(mla):
+def test_graph_replay_with_new_lengths(mla, ps):
+    """page64 + MLA on sm_90: the TMA kernel (its tensor map is a by-value kernel argument, captured)."""
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     torch.manual_seed(seed)
     dev, dt = "cuda", torch.bfloat16
-    B, max_q, max_prefix, ps = 4, 24, 3000, 16
+    B, max_q, max_prefix = 4, 24, 3000
     H, hkv, dqk, dvo = (16, 1, 576, 512) if mla else (12, 4, 128, 128)
     max_kv = max_prefix + max_q
     pages_per_req = (max_kv + ps - 1) // ps
@@ -72,6 +74,9 @@ def test_graph_replay_with_new_lengths(mla):
         q, k, v, qo, kv_indptr, kv_indices, kv_len, tree_mask=tree, max_q_len=max_q,
         max_kv_len=max_kv, return_lse=True, num_splits=3)
     assert plan.info["num_splits"] == 3 and plan.info["workspace_bytes"] > 0
+    if mla and torch.cuda.get_device_capability() == (9, 0):
+        tma = ps % 64 == 0
+        assert plan.info["name"].endswith("mla_wgmma_seesaw_tma" if tma else "mla_wgmma_m64n64_pipe_rows"), plan.info
     g = torch.cuda.CUDAGraph()
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
