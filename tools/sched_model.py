@@ -9,7 +9,7 @@ tried on the H200 (BENCHMARKS.md, "sm_90a wgmma path"):
             tile's scores, exchange row maxima, do their softmax at the same
             time, then both P V over both tiles; both stages are handed back
             after the P V.
-  seesaw    FlashMLA-style (branch exp/seesaw-s3): consumer 0 does its softmax
+  seesaw    FlashMLA-style (branch exp/seesaw-tma): consumer 0 does its softmax
             and its own-tile P V while consumer 1 does its softmax; max chain
             m -> m0 -> m1; each stage handed back in two parts.
 
@@ -23,7 +23,7 @@ counters, tools/ncu_stalls.py): the seesaw producer read each row offset
 through a generic volatile pointer between its copies (one memory latency per
 16-byte copy), and refills went through the producer instead of being issued
 by the consumer that hands a block group back; fixing both took it to 178 us
-(branch exp/seesaw-s3), while the model's L counts only the landing latency.
+(branch exp/seesaw-tma), while the model's L counts only the landing latency.
 
     bazel run //tools:sched_model                        # both schedules, L = 0 .. 2 us
     bazel run //tools:sched_model -- --scores_us=0.9     # what if the scores ran faster
