@@ -79,31 +79,38 @@ constexpr bool uses_tma() {
 template <int ID, class Loader>
 va_status launch_config(const KernelParams& kp, const Plan& plan, int dtype, void* stream);
 
+// The kernel of a tile shape on `kp` (+ the merge when split).
 template <class Shape, typename DT, class Loader>
-va_status launch_one(const KernelParams& kp_in, const Plan& plan, int dtype, void* stream) {
-  if constexpr (uses_tma<Shape>() && !Loader::kPaged) {
+va_status launch_kernel(const KernelParams& kp, const Plan& plan, int dtype, void* stream) {
+  va_status st = prepare_kernel<Shape, DT, Loader>(plan.dev.device, plan.dev.sm_arch);
+  if (st != VA_OK) return st;
+  const dim3 grid(static_cast<unsigned>(kp.batch_size * kp.num_kv_heads),
+                  static_cast<unsigned>(plan.row_tiles), static_cast<unsigned>(plan.splits));
+  cudaGetLastError();  // drop a stale, non-sticky error so the check below is ours
+  kernel_for<Shape, DT, Loader>()
+      <<<grid, Shape::kThreads, Shape::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(kp);
+  st = va_check_cuda(cudaGetLastError(), "attention_kernel launch");
+  if (st != VA_OK) return st;
+  if (plan.splits > 1) return launch_merge(kp, plan, dtype, Shape::kDv, stream);
+  return VA_OK;
+}
+
+template <class Shape, typename DT, class Loader>
+va_status launch_one(const KernelParams& kp, const Plan& plan, int dtype, void* stream) {
+  if constexpr (!uses_tma<Shape>()) {
+    return launch_kernel<Shape, DT, Loader>(kp, plan, dtype, stream);
+  } else if constexpr (!Loader::kPaged) {
     // Never planned (kernels/plan.cc); a forced configuration gets this.
     return va_fail(VA_ERR_UNSUPPORTED, "kv_layout: the TMA configuration needs a paged cache");
   } else {
-    va_status st = prepare_kernel<Shape, DT, Loader>(plan.dev.device, plan.dev.sm_arch);
-    if (st != VA_OK) return st;
-    KernelParams kp = kp_in;
-    if constexpr (uses_tma<Shape>()) {
-      // The plan only picks TMA for caches the map's rules accept
-      // (kernels/plan.cc, tma_k_cache_ok); should the driver still refuse the
-      // map, the cp.async kernel (same tile shape, splits and workspace) runs.
-      if (encode_k_tmap(&kp, dtype) != VA_OK)
-        return launch_config<kCfgMlaWgmmaM64N64PR, Loader>(kp_in, plan, dtype, stream);
-    }
-    const dim3 grid(static_cast<unsigned>(kp.batch_size * kp.num_kv_heads),
-                    static_cast<unsigned>(plan.row_tiles), static_cast<unsigned>(plan.splits));
-    cudaGetLastError();  // drop a stale, non-sticky error so the check below is ours
-    kernel_for<Shape, DT, Loader>()
-        <<<grid, Shape::kThreads, Shape::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(kp);
-    st = va_check_cuda(cudaGetLastError(), "attention_kernel launch");
-    if (st != VA_OK) return st;
-    if (plan.splits > 1) return launch_merge(kp, plan, dtype, Shape::kDv, stream);
-    return VA_OK;
+    // The tensor map goes into a copy of the parameters (the caller's stay as
+    // they are). The plan only picks TMA for caches the map's rules accept
+    // (kernels/plan.cc, tma_k_cache_ok); should the driver still refuse the
+    // map, the cp.async kernel (same tile shape, splits and workspace) runs.
+    KernelParams kp_tma = kp;
+    if (encode_k_tmap(&kp_tma, dtype) != VA_OK)
+      return launch_config<kCfgMlaWgmmaM64N64PR, Loader>(kp, plan, dtype, stream);
+    return launch_kernel<Shape, DT, Loader>(kp_tma, plan, dtype, stream);
   }
 }
 

@@ -37,6 +37,20 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x;
 }
 
+// The running max m folded with a tile's row max: sets the new max (*m_new)
+// and the exponent base of the tile's probabilities (*base: 0 while the row
+// has seen nothing, so exp2(-inf - base) = 0, never NaN), and returns the
+// factor the sums and accumulators relative to m must be multiplied by:
+// exactly 1 when the max did not move (callers may then skip the rescale), 0
+// from m = -inf.
+__device__ __forceinline__ float fold_max(float m, float tile_max, float* m_new, float* base) {
+  const float mn = fmaxf(m, tile_max);
+  const float b = (mn == -INFINITY) ? 0.f : mn;
+  *m_new = mn;
+  *base = b;
+  return mn == m ? 1.f : fast_exp2(m - b);
+}
+
 struct OnlineSoftmaxRow {
   float m;  // running max of base-2 logits (-inf while nothing seen)
   float l;  // THIS thread's partial sum of exp2(s2 - m) over its own columns;
@@ -51,15 +65,10 @@ struct OnlineSoftmaxRow {
   // Folds in a tile whose row max (over the whole tile, all warps) is
   // tile_max. Returns the factor the accumulators must be multiplied by, and
   // sets *base to the exponent base for this tile's probabilities.
+  // (fold_max's rule: exactly 1 when the max did not move.)
   __device__ __forceinline__ float update(float tile_max, float* base) {
-    const float m_new = fmaxf(m, tile_max);
-    const float b = (m_new == -INFINITY) ? 0.f : m_new;
-    // Exactly 1 when the max did not move (callers may then skip the
-    // rescale); m == -inf < m_new -> 0.
-    const float alpha = m_new == m ? 1.f : fast_exp2(m - b);
-    m = m_new;
+    const float alpha = fold_max(m, tile_max, &m, base);
     l *= alpha;
-    *base = b;
     return alpha;
   }
 

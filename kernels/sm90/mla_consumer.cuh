@@ -1,7 +1,7 @@
 // The pieces both sm_90a MLA kernels' consumer warpgroups share
 // (kernels/sm90/mla_wgmma_kernel.cuh, kernels/sm90/mla_seesaw_kernel.cuh):
-// the Q tile into shared memory, the scores' mask and row maxima, the O
-// rescale, and the epilogue (row sums over both consumers, output rows or
+// the Q tile into shared memory, the scores' wgmmas block by block as the
+// blocks land, the mask and row maxima, the O rescale, and the epilogue (row sums over both consumers, output rows or
 // split-K workspace rows).
 //
 // Fragment layout (kernels/sm90/wgmma.cuh): thread (warp, g = lane / 4,
@@ -23,6 +23,7 @@
 #include "kernels/launch.h"
 #include "kernels/sm90/swizzle.cuh"
 #include "kernels/sm90/sync.cuh"
+#include "kernels/sm90/wgmma.cuh"
 
 namespace verify_attn {
 namespace sm90 {
@@ -89,6 +90,32 @@ __device__ __forceinline__ void mask_scores(float (&s)[32], const KernelParams& 
   }
   mx[0] = quad_max(mx[0]) * p.scale_log2;
   mx[1] = quad_max(mx[1]) * p.scale_log2;
+}
+
+// Scores of this consumer's tile, blocks order[B0 .. B1) (one wgmma group per
+// block, each issued as soon as its block has landed; `wait` = false skips the
+// barrier waits, for a discarded pass over blocks nobody refills). Leaves them
+// in flight; block order[0] step 0 zeroes the accumulators. Each group is
+// opened by an explicit fence after its wait (else ptxas inserts one in the
+// wait loop and serializes every wgmma, C7520). The blocks must be in the
+// async proxy when their barrier completes: TMA writes are; cp.async copies
+// are fenced by the producer before it arrives.
+template <typename DT, int B0, int B1>
+__device__ __forceinline__ void issue_scores(float (&s)[32], uint64_t (&full)[9], uint32_t parity,
+                                             bool wait, uint32_t q_addr, uint32_t k_addr,
+                                             const int (&order)[9]) {
+#pragma unroll
+  for (int n = B0; n < B1; ++n) {
+    const int b = order[n];
+    if (wait) mbar_wait(&full[b], parity);
+    fence_regs(s);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      mma_m64n64k16_ss<DT>(s, desc_kmajor(q_addr, b * kBlockBytes, kk),
+                           desc_kmajor(k_addr, b * kBlockBytes, kk), (n | kk) != 0);
+    wgmma_commit();
+  }
 }
 
 // O *= f per row. Skipped by the whole warp when all its factors are exactly

@@ -96,14 +96,15 @@ constexpr int kBarConsumers = 5;
 constexpr int kBarZero = 6;     // 6, 7: one consumer's own (tail rows zeroed)
 constexpr int kBarIssued = 8;   // C1 issued P_A V_A[:, R]
 
-// P = exp2(S - base) in place; returns this thread's partial row sums and the
+// P = exp2(S * scale_log2 - base) in place (one FFMA per exponent), the
 // bf16/fp16 pairs in the wgmma A-register layout (pa[2 k] = columns 8 k + 2 t4,
 // + 1 of row g, pa[2 k + 1] the same of row g + 8: k16 step kk uses
-// pa[4 kk .. 4 kk + 3]).
+// pa[4 kk .. 4 kk + 3]), and this thread's partial row sums l = l * f + the
+// tile's sums (f: the rescale factor of the rows' running max).
 template <typename DT>
 __device__ __forceinline__ void exp_scores(float (&s)[32], float scale_log2, const float (&base)[2],
-                                           uint32_t (&pa)[16], float (&sum)[2]) {
-  sum[0] = sum[1] = 0.f;
+                                           uint32_t (&pa)[16], float (&l)[2], const float (&f)[2]) {
+  float sum[2] = {0.f, 0.f};
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
     const int h = i & 1;
@@ -112,6 +113,21 @@ __device__ __forceinline__ void exp_scores(float (&s)[32], float scale_log2, con
     sum[h] += s[2 * i] + s[2 * i + 1];
     pa[i] = DTypeTraits<DT>::pack(s[2 * i], s[2 * i + 1]);
   }
+  l[0] = l[0] * f[0] + sum[0];
+  l[1] = l[1] * f[1] + sum[1];
+}
+
+// The rows' running max and rescale factor, for the other consumer (lanes
+// t4 == 0 of each quad), then an arrival at named barrier `bar`.
+__device__ __forceinline__ void publish_max(float* sM, float* sScale, const int (&my_row)[2], int t4,
+                                            const float (&m)[2], const float (&scale)[2], int bar) {
+  if (t4 == 0) {
+    sM[my_row[0]] = m[0];
+    sM[my_row[1]] = m[1];
+    sScale[my_row[0]] = scale[0];
+    sScale[my_row[1]] = scale[1];
+  }
+  named_barrier_arrive(bar, 256);
 }
 
 // Stores P (scaled by `scale` per row) as a K-major swizzled 64 x 64 A operand
@@ -125,29 +141,6 @@ __device__ __forceinline__ void store_p(unsigned char* dst, const float (&s)[32]
     for (int h = 0; h < 2; ++h)
       *reinterpret_cast<uint32_t*>(dst + swizzled_chunk_offset(my_row[h], i) + 4 * t4) =
           DTypeTraits<DT>::pack(s[i * 4 + 2 * h] * scale[h], s[i * 4 + 2 * h + 1] * scale[h]);
-  }
-}
-
-// Scores of this consumer's tile, blocks order[B0 .. B1) (one wgmma group per
-// block, each issued as soon as its block has landed; `wait` = false skips the
-// barrier waits, for a discarded pass over blocks nobody refills). Leaves them
-// in flight; block order[0] step 0 zeroes the accumulators. TMA writes are in
-// the async proxy already: the barrier wait orders them before the wgmma.
-template <typename DT, int B0, int B1>
-__device__ __forceinline__ void issue_scores(float (&s)[32], uint64_t (&full)[9], uint32_t parity,
-                                             bool wait, uint32_t q_addr, uint32_t k_addr,
-                                             const int (&order)[9]) {
-#pragma unroll
-  for (int n = B0; n < B1; ++n) {
-    const int b = order[n];
-    if (wait) mbar_wait(&full[b], parity);
-    fence_regs(s);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      mma_m64n64k16_ss<DT>(s, desc_kmajor(q_addr, b * kBlockBytes, kk),
-                           desc_kmajor(k_addr, b * kBlockBytes, kk), (n | kk) != 0);
-    wgmma_commit();
   }
 }
 
@@ -351,23 +344,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       mask_scores<N>(s, p, rc, rmask, my_row, t4, 2 * pair, true, mx);
       float base[2], scale0[2];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float m0 = fmaxf(m_run[h], mx[h]);
-        base[h] = m0 == -INFINITY ? 0.f : m0;
-        scale0[h] = m0 == m_run[h] ? 1.f : fast_exp2(m_run[h] - base[h]);  // m_run = -inf -> 0
-        m_run[h] = m0;
-      }
-      if (t4 == 0) {
-        sM[my_row[0]] = m_run[0];
-        sM[my_row[1]] = m_run[1];
-        sScale0[my_row[0]] = scale0[0];
-        sScale0[my_row[1]] = scale0[1];
-      }
-      named_barrier_arrive(kBarScale0, 256);
-      float sum[2];
-      exp_scores<DT>(s, p.scale_log2, base, pa, sum);
-      l[0] = l[0] * scale0[0] + sum[0];
-      l[1] = l[1] * scale0[1] + sum[1];
+      for (int h = 0; h < 2; ++h) scale0[h] = fold_max(m_run[h], mx[h], &m_run[h], &base[h]);  // m0
+      publish_max(sM, sScale0, my_row, t4, m_run, scale0, kBarScale0);
+      exp_scores<DT>(s, p.scale_log2, base, pa, l, scale0);
       scale_o(o, scale0);
 
       // O_L += P_A V_A[:, L] (P from registers); then blocks 0-3 of K_A are free.
@@ -441,27 +420,13 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       float base[2], f[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float m0 = sM[my_row[h]];
-        const float scale0 = sScale0[my_row[h]];
-        const float m1 = fmaxf(m0, mx[h]);
-        base[h] = m1 == -INFINITY ? 0.f : m1;
-        const float scale1 = m1 == m0 ? 1.f : fast_exp2(m0 - base[h]);
-        f[h] = scale0 * scale1;
-        m_run[h] = m1;
+        const float scale1 = fold_max(sM[my_row[h]], mx[h], &m_run[h], &base[h]);  // m0 -> m1
+        f[h] = sScale0[my_row[h]] * scale1;
         mx[h] = scale1;
       }
-      __syncwarp();
-      if (t4 == 0) {
-        sM[my_row[0]] = m_run[0];
-        sM[my_row[1]] = m_run[1];
-        sScale1[my_row[0]] = mx[0];
-        sScale1[my_row[1]] = mx[1];
-      }
-      named_barrier_arrive(kBarScale1, 256);
-      float sum[2];
-      exp_scores<DT>(s, p.scale_log2, base, pa, sum);
-      l[0] = l[0] * f[0] + sum[0];
-      l[1] = l[1] * f[1] + sum[1];
+      __syncwarp();  // every lane read sM above before lanes t4 == 0 overwrite it
+      publish_max(sM, sScale1, my_row, t4, m_run, mx, kBarScale1);
+      exp_scores<DT>(s, p.scale_log2, base, pa, l, f);
       const float one[2] = {1.f, 1.f};
       store_p<DT>(pB, s, one, my_row, t4);
       fence_proxy_async();  // P_B stores -> C0's wgmma

@@ -279,20 +279,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const Ker
       float s[32];
       const uint32_t kt = k_addr0 + static_cast<uint32_t>(w) * Shape::kKTileBytes;
       if constexpr (Shape::kPipelinedS) {
-        // Block by block as they land: one wgmma group per block, each opened
-        // by an explicit fence after its wait (else ptxas inserts one in the
-        // wait loop and serializes every wgmma, C7520).
-#pragma unroll
-        for (int b = 0; b < KB; ++b) {
-          mbar_wait(&full_bar[w][b], parity);
-          fence_regs(s);
-          wgmma_fence();
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk)
-            mma_m64n64k16_ss<DT>(s, desc_kmajor(q_addr, b * kBlockBytes, kk),
-                                 desc_kmajor(kt, b * kBlockBytes, kk), (b | kk) != 0);
-          wgmma_commit();
-        }
+        // Block by block as they land (kernels/sm90/mla_consumer.cuh).
+        constexpr int kOrder[9] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+        issue_scores<DT, 0, KB>(s, full_bar[w], parity, true, q_addr, kt, kOrder);
       } else {
         // The whole tile first, then one group of 36 wgmmas.
 #pragma unroll 1

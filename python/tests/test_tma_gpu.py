@@ -12,6 +12,8 @@ padded cache (token stride wider than the row) is read through the tensor
 map's strides.
 """
 
+import random
+
 import pytest
 import torch
 
@@ -39,13 +41,12 @@ def _sm90(monkeypatch):
 
 def make(seed, page_size, q_lens, prefixes, heads=16, dtype=torch.bfloat16, width=576):
     g = torch.Generator().manual_seed(seed)
+    rng = random.Random(seed)
     kv_lens = [p + q for p, q in zip(prefixes, q_lens)]
     pages = [(n + page_size - 1) // page_size for n in kv_lens]
     num_pages = sum(pages) + 5
     qo = torch.tensor([0] + torch.tensor(q_lens).cumsum(0).tolist(), dtype=torch.int32)
-    parents = []
-    for ql in q_lens:
-        parents += [-1] + [int(torch.randint(0, i, (1,), generator=g)) for i in range(1, ql)]
+    parents = [x for ql in q_lens for x in masks.random_parents("random", ql, rng=rng)]
     tree = masks.from_parents(torch.tensor(parents, dtype=torch.int32), qo)
     kv_indices = torch.randperm(num_pages, generator=g)[: sum(pages)].to(torch.int32)
     kv_indptr = torch.tensor([0] + torch.tensor(pages).cumsum(0).tolist(), dtype=torch.int32)
