@@ -27,6 +27,7 @@
 #include "kernels/core/mask.cuh"
 #include "kernels/core/merge.cuh"
 #include "kernels/core/mma.cuh"
+#include "kernels/core/pdl.cuh"
 #include "kernels/core/request.cuh"
 #include "kernels/core/softmax.cuh"
 #include "kernels/core/types.cuh"
@@ -314,8 +315,11 @@ __global__ void __launch_bounds__(Shape::kThreads, VA_MIN_BLOCKS(Shape))
 }
 
 // One warp per output row (token * Hq + head); 4 rows per 128-thread block.
+// Launched as a programmatic dependent on sm_90+ (kernels/merge.cu): nothing
+// global is touched before grid_dependency_wait().
 template <typename DT, int DV>
 __global__ void __launch_bounds__(128) merge_kernel(const KernelParams p) {
+  grid_dependency_wait();
   const int64_t row = static_cast<int64_t>(blockIdx.x) * 4 + (threadIdx.x >> 5);
   if (row >= p.ws_rows) return;
   const int64_t token = row / p.num_qo_heads;

@@ -13,6 +13,7 @@
 #include "kernels/attention_kernel.cuh"
 #include "kernels/attention_kernel_r32.cuh"
 #include "kernels/launch.h"
+#include "kernels/pdl_launch.h"
 #include "kernels/plan.h"
 #include "kernels/sm90/mla_seesaw_kernel.cuh"
 #include "kernels/sm90/mla_wgmma_kernel.cuh"
@@ -87,9 +88,14 @@ va_status launch_kernel(const KernelParams& kp, const Plan& plan, int dtype, voi
   const dim3 grid(static_cast<unsigned>(kp.batch_size * kp.num_kv_heads),
                   static_cast<unsigned>(plan.row_tiles), static_cast<unsigned>(plan.splits));
   cudaGetLastError();  // drop a stale, non-sticky error so the check below is ours
-  kernel_for<Shape, DT, Loader>()
-      <<<grid, Shape::kThreads, Shape::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(kp);
-  st = va_check_cuda(cudaGetLastError(), "attention_kernel launch");
+  // The TMA kernel is a programmatic dependent of whatever ran before it in
+  // the stream (kernels/pdl_launch.h): its barrier set-up overlaps that
+  // kernel's tail; it waits (grid_dependency_wait) before touching memory.
+  const cudaError_t e = launch_maybe_pdl(uses_tma<Shape>(), kernel_for<Shape, DT, Loader>(), grid,
+                                         Shape::kThreads, Shape::kSmemBytes,
+                                         static_cast<cudaStream_t>(stream), kp);
+  if (e != cudaSuccess) cudaGetLastError();
+  st = va_check_cuda(e != cudaSuccess ? e : cudaGetLastError(), "attention_kernel launch");
   if (st != VA_OK) return st;
   if (plan.splits > 1) return launch_merge(kp, plan, dtype, Shape::kDv, stream);
   return VA_OK;

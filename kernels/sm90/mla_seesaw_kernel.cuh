@@ -29,8 +29,7 @@
 //
 // Per pair, with m the running row max shared in shared memory (sM):
 //   C0: S_A -> m0 = max(m, rowmax S_A), P_A = exp2(S_A - m0), O_L *= 2^(m - m0),
-//       publishes m0 [barrier SCALE0]; O_L += P_A V_A[:, L] (P from registers);
-//       refills stage 0 blocks 0-3.
+//       publishes m0 [barrier SCALE0]; O_L += P_A V_A[:, L] (P from registers).
 //   C1: waits SCALE0; m1 = max(m0, rowmax S_B), P_B = exp2(S_B - m1),
 //       O_R *= 2^(m - m1), publishes m1 [SCALE1]; stores P_B (shared memory,
 //       over K_B's no longer needed rope block 8) [PB]; issues
@@ -38,8 +37,10 @@
 //       [ISSUED]; refills stage 1 blocks 4-7 and stage 0 blocks 4-8 as each of
 //       the two completes.
 //   C0: waits SCALE1; stores P_A 2^(m0 - m1) over K_A's block 8 [PA];
-//       O_L *= 2^(m0 - m1); waits PB and ISSUED (so C1's P_A V_A[:, R], whose
-//       completion frees what C0's next scores wait for last, runs first);
+//       refills stage 0 blocks 0-3 (free since its P V; after PA, so the
+//       copies do not delay the P_A C1 waits for); O_L *= 2^(m0 - m1); waits
+//       PB and ISSUED (so C1's P_A V_A[:, R], whose completion frees what
+//       C0's next scores wait for last, runs first);
 //       O_L += P_B V_B[:, L]; next scores on blocks 0-3; refills stage 1
 //       blocks 0-3 and 8; next scores on blocks 4-8.
 // so while one consumer does its softmax the other's P V runs, and the max
@@ -61,6 +62,7 @@
 
 #include "kernels/core/mask.cuh"
 #include "kernels/core/mma.cuh"
+#include "kernels/core/pdl.cuh"
 #include "kernels/core/request.cuh"
 #include "kernels/core/softmax.cuh"
 #include "kernels/core/types.cuh"
@@ -191,17 +193,10 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   __shared__ int s_bad_kv;
   __shared__ RequestTile s_rt;
 
-  // Nothing computed here stays in registers past the role split (a value
-  // live across setmaxnreg costs a local-memory spill, ptxas): each role
-  // re-derives what it needs from blockIdx, the parameters and s_rt.
-  {
-    const int hk = blockIdx.x % p.num_kv_heads;
-    const Loader loader(p, blockIdx.x / p.num_kv_heads, hk);
-    RequestTile rt;
-    if (!start_request<Shape, DT>(p, loader, hk, &rt)) return;
-    if (threadIdx.x == 0) s_rt = rt;
-  }
+  // Shared memory only until grid_dependency_wait(): this kernel is a
+  // programmatic dependent launch (kernels/pdl_launch.h).
   if (threadIdx.x == 0) {
+    tma_prefetch_map(p.k_tmap);
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
 #pragma unroll
@@ -214,6 +209,17 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     mbar_init(&done_bar, 128);
     s_bad_kv = 0;
     mbar_init_fence();
+  }
+  grid_dependency_wait();
+  // Nothing computed here stays in registers past the role split (a value
+  // live across setmaxnreg costs a local-memory spill, ptxas): each role
+  // re-derives what it needs from blockIdx, the parameters and s_rt.
+  {
+    const int hk = blockIdx.x % p.num_kv_heads;
+    const Loader loader(p, blockIdx.x / p.num_kv_heads, hk);
+    RequestTile rt;
+    if (!start_request<Shape, DT>(p, loader, hk, &rt)) return;
+    if (threadIdx.x == 0) s_rt = rt;
   }
   __syncthreads();
 
@@ -362,7 +368,6 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       wgmma_commit();
       wgmma_wait<0>();
       fence_regs(o);
-      if (more) refill(0, pair + 1, kRefillA0);
 
       // C1's max m1: P_A to m1's base for C1, O_L and l as well.
       named_barrier_sync(kBarScale1, 256);
@@ -376,6 +381,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       store_p<DT>(pA, s, scale1, my_row, t4);
       fence_proxy_async();  // P_A stores -> C1's wgmma
       named_barrier_arrive(kBarPA, 256);
+      // Blocks 0-3 of K_A are free since P_A V_A[:, L]; their refill goes out
+      // only now, so it does not delay the P_A that C1's P V waits for.
+      if (more) refill(0, pair + 1, kRefillA0);
       scale_o(o, scale1);
 
       // O_L += P_B V_B[:, L]: C1 stored P_B and queued its P_A V_A[:, R] (its
@@ -466,6 +474,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   }
   wgmma_wait<0>();
   fence_regs(o);
+  // Only the epilogue is left: the next programmatic dependent launch of the
+  // stream (the split-K merge) may be scheduled; it waits for our results.
+  allow_dependents();
 
   float lsum[2];
   reduce_row_sums<M>(l, sSum, w, my_row, t4, kBarConsumers, lsum);

@@ -35,6 +35,12 @@ __device__ __forceinline__ void tma_load_block(void* dst, const void* tmap, uint
       : "memory");
 }
 
+// The tensor map's descriptor into the constant cache ahead of its first copy
+// (PTX ISA 8.0, "prefetch.tensormap"); a kernel parameter, so no global read.
+__device__ __forceinline__ void tma_prefetch_map(const void* tmap) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(tmap)) : "memory");
+}
+
 }  // namespace sm90
 }  // namespace verify_attn
 

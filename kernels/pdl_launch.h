@@ -1,0 +1,35 @@
+// Programmatic dependent launch (PDL), host side: launches a kernel with
+// cudaLaunchAttributeProgrammaticStreamSerialization on sm_90 and newer, so its
+// CTAs may be scheduled before the previous kernel of the stream has finished
+// (that kernel's tail and this launch's latency overlap). The kernel must call
+// grid_dependency_wait() (kernels/core/pdl.cuh) before it reads or writes any
+// global memory; older architectures get an ordinary launch.
+// CUDA Runtime API, cudaLaunchKernelEx; CUDA C++ Programming Guide,
+// "Programmatic Dependent Launch and Synchronization". Under stream capture the
+// dependency becomes a programmatic edge of the graph.
+#ifndef VERIFY_ATTN_PDL_LAUNCH_H_
+#define VERIFY_ATTN_PDL_LAUNCH_H_
+
+#include <cuda_runtime.h>
+
+namespace verify_attn {
+
+template <typename... Args>
+cudaError_t launch_maybe_pdl(bool pdl, void (*kernel)(Args...), dim3 grid, unsigned threads,
+                             size_t smem_bytes, cudaStream_t stream, const Args&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(threads, 1, 1);
+  cfg.dynamicSmemBytes = smem_bytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
+}  // namespace verify_attn
+
+#endif  // VERIFY_ATTN_PDL_LAUNCH_H_
