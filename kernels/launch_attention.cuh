@@ -88,10 +88,11 @@ va_status launch_kernel(const KernelParams& kp, const Plan& plan, int dtype, voi
   const dim3 grid(static_cast<unsigned>(kp.batch_size * kp.num_kv_heads),
                   static_cast<unsigned>(plan.row_tiles), static_cast<unsigned>(plan.splits));
   cudaGetLastError();  // drop a stale, non-sticky error so the check below is ours
-  // The TMA kernel is a programmatic dependent of whatever ran before it in
-  // the stream (kernels/pdl_launch.h): its barrier set-up overlaps that
-  // kernel's tail; it waits (grid_dependency_wait) before touching memory.
-  const cudaError_t e = launch_maybe_pdl(uses_tma<Shape>(), kernel_for<Shape, DT, Loader>(), grid,
+  // The sm_90a kernels are programmatic dependents of whatever ran before
+  // them in the stream (kernels/pdl_launch.h): their launch and set-up
+  // overlap that kernel's tail; they wait (grid_dependency_wait) before
+  // touching global memory.
+  const cudaError_t e = launch_maybe_pdl(Shape::kWgmma, kernel_for<Shape, DT, Loader>(), grid,
                                          Shape::kThreads, Shape::kSmemBytes,
                                          static_cast<cudaStream_t>(stream), kp);
   if (e != cudaSuccess) cudaGetLastError();

@@ -38,6 +38,7 @@
 
 #include "kernels/core/mask.cuh"
 #include "kernels/core/mma.cuh"
+#include "kernels/core/pdl.cuh"
 #include "kernels/core/request.cuh"
 #include "kernels/core/softmax.cuh"
 #include "kernels/core/types.cuh"
@@ -117,6 +118,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const Ker
   __shared__ int s_bad_kv;
   __shared__ RequestTile s_rt;  // re-read by the consumers after the role split
 
+  // A programmatic dependent launch (kernels/pdl_launch.h): no global memory
+  // before this returns.
+  grid_dependency_wait();
   const int tid = threadIdx.x;
   const int wg = tid / 128, wtid = tid % 128;
   const int hk = blockIdx.x % p.num_kv_heads;
@@ -366,6 +370,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const Ker
       if (lane == 0) mbar_arrive(&empty_bar[1]);
     }
 
+    // Only the epilogue is left: the next programmatic dependent launch of
+    // the stream (the split-K merge) may be scheduled; it waits for results.
+    allow_dependents();
     const float l_part[2] = {sm[0].l, sm[1].l};
     float lsum[2];
     reduce_row_sums<M>(l_part, sSum, w, my_row, t4, kBarConsumers, lsum);
