@@ -165,7 +165,14 @@ va_status va_workspace_size(const va_params* p, size_t* bytes);
 /* Which configuration va_attention would run for p on the current device. */
 va_status va_query_config(const va_params* p, va_config_info* info);
 
-/* Launch on p->stream. Asynchronous; no host synchronization. */
+/* Launch on p->stream. Asynchronous; no host synchronization. On sm_90 the MLA
+ * kernels are programmatic dependent launches (CUDA Programming Guide,
+ * "Programmatic Dependent Launch"): they may be scheduled before the previous
+ * kernel of the stream ends but read and write memory only after it completed,
+ * and they let the next programmatic dependent launch of the stream start
+ * before their own results are written; such a kernel must, as PDL requires,
+ * call cudaGridDependencySynchronize() before reading them. Ordinary launches
+ * and host synchronization see the usual stream order. */
 va_status va_attention(const va_params* p);
 
 /* Smoke kernel: y[i] = scale * x[i], n elements of dtype (fp16/bf16). */
