@@ -1,9 +1,10 @@
-// Programmatic dependent launch (PDL), host side: launches a kernel with
-// cudaLaunchAttributeProgrammaticStreamSerialization on sm_90 and newer, so its
-// CTAs may be scheduled before the previous kernel of the stream has finished
-// (that kernel's tail and this launch's latency overlap). The kernel must call
-// grid_dependency_wait() (kernels/core/pdl.cuh) before it reads or writes any
-// global memory; older architectures get an ordinary launch.
+// Programmatic dependent launch (PDL), host side: with `pdl`, launches a
+// kernel with cudaLaunchAttributeProgrammaticStreamSerialization, so its CTAs
+// may be scheduled before the previous kernel of the stream has finished (that
+// kernel's tail and this launch's latency overlap); without, an ordinary launch.
+// Callers pass `pdl` only for sm_90 and newer devices (the sm_90a kernels; the
+// merge when the device is sm_90+). The kernel must call grid_dependency_wait()
+// (kernels/core/pdl.cuh) before it reads or writes any global memory.
 // CUDA Runtime API, cudaLaunchKernelEx; CUDA C++ Programming Guide,
 // "Programmatic Dependent Launch and Synchronization". Under stream capture the
 // dependency becomes a programmatic edge of the graph.
