@@ -3,7 +3,9 @@
 Runs a grid of tree-verify shapes (every row of DESIGN.md §2, GQA, DDTree-like
 budgets; ``--grid``, ``--shapes``) through, in one process and one run:
 
-- this project: the flat and the paged kernel, eager and CUDA-graph replay;
+- this project: the flat and the paged kernel, eager and CUDA-graph replay
+  (``--compare_configs=tag,...`` adds the paged kernel with those configurations
+  forced, as columns ``@tag``: an A/B of kernel variants within one process);
 - SGLang 0.5.23's Triton kernels (staged by ``tools/fetch_baselines.sh``):
   ``extend_attention_fwd`` with the FULL tree mask, and for chains
   ``verify_shared_kv_fwd``;
@@ -69,6 +71,12 @@ flags.DEFINE_string("sglang_site", None, "Folder with SGLang installed (integrat
                     "default $VERIFY_ATTN_SGLANG_SITE, else an SGLang already importable.")
 flags.DEFINE_enum("flex", "auto", ["auto", "all", "none"],
                   "FlexAttention shapes: auto = those tagged 'flex' (bounds torch.compile time), all, none.")
+flags.DEFINE_list("compare_configs", [],
+                  "Also time the paged kernel with each of these configurations forced "
+                  "(VERIFY_ATTN_FORCE_CONFIG tags, e.g. mla_wgmma_seesaw_tma_mc), in the same process as "
+                  "columns '@<tag>': an A/B of kernel variants without run-to-run drift. The JSON records "
+                  "the configuration each really ran (plan), which is the default one where the plan "
+                  "refuses the forced tag for a shape.")
 flags.DEFINE_bool("graph", True, "Also time CUDA-graph replay.")
 flags.DEFINE_bool("rotate", True, "Rotate among several input sets when one would stay in L2.")
 flags.DEFINE_integer("warmup", 3, "Warm-up calls per input set before timing (>= 0).")
@@ -183,7 +191,8 @@ def build_impls(dry_run: bool, baselines_dir: str):
 
     if dry_run:
         return [torch_ref.TorchReference()]
-    impls = [ours.OursPaged(), ours.OursFlat()]
+    impls = [ours.OursPaged()] + [ours.OursPaged(force_config=c) for c in FLAGS.compare_configs] + [
+        ours.OursFlat()]
     known = {
         "sglang_extend": lambda: [sglang_triton.SGLangExtend(baselines_dir)],
         "sglang_chain": lambda: [sglang_triton.SGLangChain(baselines_dir)],

@@ -331,6 +331,31 @@ def test_report_render_json_plot(tmp_path):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+def test_compare_configs_column_and_forced_env(monkeypatch):
+    """--compare_configs: a variant column '@tag' beside ours, and the forced
+    configuration set only around the variant's own calls."""
+    from benchlib import ours
+
+    row = _fake_row(shapes.mla(1, 16, 64, 32 * K), 200.0, 230.0, 4000.0, 4100.0)
+    row["impls"]["ours_paged@mla_wgmma_seesaw_tma_mc"] = {
+        "label": "verify_attn paged @mla_wgmma_seesaw_tma_mc", "status": "ok", "competitor": False,
+        "eager": _timing(210.0, "eager"), "graph": _timing(180.0, "graph"), "err_ref": 2e-3,
+        "plan": "wgmma_bf16_mla_wgmma_seesaw_tma_mc"}
+    headers, body = report.time_table([row])
+    assert headers[2:5] == ["ours paged", "@mla_wgmma_seesaw_tma_mc", "ours flat"], headers
+    assert body[0][3] == "180g/210e", body[0]
+
+    monkeypatch.delenv("VERIFY_ATTN_FORCE_CONFIG", raising=False)
+    v = ours.OursPaged(force_config="mla_x")
+    assert v.name == "ours_paged@mla_x" and v.check_vs_ours and not ours.OursPaged().check_vs_ours
+    seen = v._forced(lambda: os.environ.get("VERIFY_ATTN_FORCE_CONFIG"))
+    assert seen == "mla_x" and "VERIFY_ATTN_FORCE_CONFIG" not in os.environ
+    monkeypatch.setenv("VERIFY_ATTN_FORCE_CONFIG", "other")
+    assert v._forced(lambda: os.environ["VERIFY_ATTN_FORCE_CONFIG"]) == "mla_x"
+    assert os.environ["VERIFY_ATTN_FORCE_CONFIG"] == "other"
+    assert ours.OursPaged()._forced(lambda: os.environ["VERIFY_ATTN_FORCE_CONFIG"]) == "other"
+
+
 def test_short_reason():
     e = RuntimeError("triton.runtime.errors.OutOfResources\nout of resource: shared memory, Required: 368640, "
                      "Hardware limit: 232448.")

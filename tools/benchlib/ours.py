@@ -39,10 +39,41 @@ class OursFlat(Impl):
 
 
 class OursPaged(Impl):
+    """The paged kernel; with ``force_config`` (a ``VERIFY_ATTN_FORCE_CONFIG`` tag) the
+    same call with that configuration forced, set around each call (the plan reads
+    the variable at every call; a CUDA graph keeps what its capture planned), as
+    the column ``ours_paged@<tag>``: an A/B of two kernel variants in one process,
+    without the run-to-run drift of separate runs. A variant is also checked
+    against the default configuration's output."""
+
     name = "ours_paged"
     label = "verify_attn paged"
     competitor = False
     check_vs_ours = False
+
+    def __init__(self, force_config=None):
+        self.force_config = force_config
+        if force_config:
+            self.name = f"ours_paged@{force_config}"
+            self.label = f"verify_attn paged @{force_config}"
+            self.check_vs_ours = True
+
+    def _forced(self, fn):
+        """fn run with VERIFY_ATTN_FORCE_CONFIG = force_config (restored after)."""
+        import os
+
+        if not self.force_config:
+            return fn()
+        key = "VERIFY_ATTN_FORCE_CONFIG"
+        old = os.environ.get(key)
+        os.environ[key] = self.force_config
+        try:
+            return fn()
+        finally:
+            if old is None:
+                del os.environ[key]
+            else:
+                os.environ[key] = old
 
     def prepare(self, case, inputs):
         import torch
@@ -56,7 +87,7 @@ class OursPaged(Impl):
         args = (case.qo_indptr, case.kv_indptr_pages, case.kv_indices, case.kv_len)
 
         def run():
-            va.tree_attention_paged(q, kc, vc, *args, **kw)
+            self._forced(lambda: va.tree_attention_paged(q, kc, vc, *args, **kw))
             return out
 
         return run
@@ -66,8 +97,8 @@ class OursPaged(Impl):
         import verify_attn as va
 
         s = case.shape
-        return va.plan_info(
+        return self._forced(lambda: va.plan_info(
             inputs.q, inputs.k_cache, inputs.v_cache, case.qo_indptr, case.kv_indptr_pages,
             case.kv_indices, case.kv_len, page_size=case.page_size, tree_mask=case.tree_mask,
             sm_scale=case.sm_scale, head_dim_vo=s.d_vo, max_q_len=case.max_q_len,
-            max_kv_len=case.max_kv_len)
+            max_kv_len=case.max_kv_len))

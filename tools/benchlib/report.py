@@ -138,11 +138,18 @@ def impl_cell(r: Optional[dict], mode: Optional[str] = None) -> str:
     return cell
 
 
+def _columns(rows: List[dict]):
+    """COLUMNS, with the paged kernel's forced-configuration variants
+    (``ours_paged@<tag>``, bench --compare_configs) right after it."""
+    variants = sorted({k for row in rows for k in row.get("impls", {}) if k.startswith("ours_paged@")})
+    return COLUMNS[:1] + [(k, "@" + k.split("@", 1)[1]) for k in variants] + COLUMNS[1:]
+
+
 def time_table(rows: List[dict]):
-    headers = ["shape", "check"] + [label for _, label in COLUMNS]
+    columns = _columns(rows)
     present = {k for row in rows for k in row.get("impls", {})}
-    keep = [i for i, (k, _) in enumerate(COLUMNS) if k in present]
-    headers = headers[:2] + [COLUMNS[i][1] for i in keep]
+    keep = [i for i, (k, _) in enumerate(columns) if k in present]
+    headers = ["shape", "check"] + [columns[i][1] for i in keep]
     body = []
     for row in rows:
         if row.get("error") and not row.get("impls"):
@@ -152,9 +159,9 @@ def time_table(rows: List[dict]):
         mode = (row.get("basis") or {}).get("mode")
         cells = [row["shape"], row.get("check", "--")]
         for i in keep:
-            k = COLUMNS[i][0]
+            k = columns[i][0]
             r = row["impls"].get(k)
-            if k in ("ours_paged", "ours_flat"):
+            if k in ("ours_paged", "ours_flat") or k.startswith("ours_paged@"):
                 cells.append(_ours_cell(r))
             else:
                 cells.append(impl_cell(r, mode))
