@@ -76,7 +76,8 @@ flags.DEFINE_list("compare_configs", [],
                   "(VERIFY_ATTN_FORCE_CONFIG tags, e.g. mla_wgmma_seesaw_tma_mc), in the same process as "
                   "columns '@<tag>': an A/B of kernel variants without run-to-run drift. The JSON records "
                   "the configuration each really ran (plan), which is the default one where the plan "
-                  "refuses the forced tag for a shape.")
+                  "refuses the forced tag for a shape. Compare the graph (g) times: the eager ones "
+                  "include setting the variable around every call (microseconds of host time).")
 flags.DEFINE_bool("graph", True, "Also time CUDA-graph replay.")
 flags.DEFINE_bool("rotate", True, "Rotate among several input sets when one would stay in L2.")
 flags.DEFINE_integer("warmup", 3, "Warm-up calls per input set before timing (>= 0).")
