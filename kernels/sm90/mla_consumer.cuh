@@ -118,6 +118,30 @@ __device__ __forceinline__ void issue_scores(float (&s)[32], uint64_t (&full)[9]
   }
 }
 
+// O (64 x 256 fp32) += P V over one 64-row KV tile, the 4 wgmmas (k16 steps)
+// only: the caller fences, commits and waits. V: the 4 column blocks at
+// v_base + v_off (MN-major, the tile's value columns of this consumer).
+// issue_pv_regs: P from registers in the wgmma A layout (exp_scores' pa).
+template <typename DT>
+__device__ __forceinline__ void issue_pv_regs(float (&o)[128], const uint32_t (&pa)[16],
+                                              uint32_t v_base, uint32_t v_off) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint32_t a[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
+    mma_m64n256k16_rs_tb<DT>(o, a, desc_mnmajor(v_base, v_off, kk));
+  }
+}
+
+// issue_pv_smem: P from shared memory, the K-major swizzled 64 x 64 block at
+// p_base + p_off (what store_p / the producer's P stores write).
+template <typename DT>
+__device__ __forceinline__ void issue_pv_smem(float (&o)[128], uint32_t p_base, uint32_t p_off,
+                                              uint32_t v_base, uint32_t v_off) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+    mma_m64n256k16_ss_tb<DT>(o, desc_kmajor(p_base, p_off, kk), desc_mnmajor(v_base, v_off, kk));
+}
+
 // O *= f per row. Skipped by the whole warp when all its factors are exactly
 // 1 (no row max of the warp moved: the factors are then set to 1, not
 // computed; OnlineSoftmaxRow::update does the same): once the running max

@@ -360,11 +360,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       fence_regs(pa);
       fence_regs(o);
       wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const uint32_t a[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
-        mma_m64n256k16_rs_tb<DT>(o, a, desc_mnmajor(kA, 0, kk));
-      }
+      issue_pv_regs<DT>(o, pa, kA, 0);
       wgmma_commit();
       wgmma_wait<0>();
       fence_regs(o);
@@ -396,9 +392,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       zero_tail(1, 2 * pair + 1, 0);
       fence_regs(o);
       wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        mma_m64n256k16_ss_tb<DT>(o, desc_kmajor(kB, kPBlock * kBlockBytes, kk), desc_mnmajor(kB, 0, kk));
+      issue_pv_smem<DT>(o, kB, kPBlock * kBlockBytes, kB, 0);
       wgmma_commit();
       // Next scores, blocks 0-3, while P_B V_B[:, L] runs; then K_B's blocks
       // 0-3 and 8 are free; then blocks 4-8 (refilled by C1 after its P V).
@@ -448,21 +442,14 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       fence_regs(pa);
       fence_regs(o);
       wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const uint32_t a[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
-        mma_m64n256k16_rs_tb<DT>(o, a, desc_mnmajor(kB, 4 * kBlockBytes, kk));
-      }
+      issue_pv_regs<DT>(o, pa, kB, 4 * kBlockBytes);
       wgmma_commit();
       named_barrier_sync(kBarPA, 256);
 #pragma unroll
       for (int b = 4; b < 9; ++b) mbar_wait(&full_bar[0][b], par);
       zero_tail(0, 2 * pair, 4);
       wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        mma_m64n256k16_ss_tb<DT>(o, desc_kmajor(kA, kPBlock * kBlockBytes, kk),
-                                 desc_mnmajor(kA, 4 * kBlockBytes, kk));
+      issue_pv_smem<DT>(o, kA, kPBlock * kBlockBytes, kA, 4 * kBlockBytes);
       wgmma_commit();
       named_barrier_arrive(kBarIssued, 256);
       wgmma_wait<1>();
