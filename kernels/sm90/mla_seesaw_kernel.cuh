@@ -11,13 +11,15 @@
 // of its split, 64 KV rows per tile, tiles in pairs (A = tile 2p in stage 0,
 // B = tile 2p + 1 in stage 1), 384 threads:
 //
-//   WG 0 (producer, 40 registers): resolves, two tiles ahead, each tile's
-//       page (kernels/loaders: one page-table read per tile, and one row check
-//       per thread, which flags a bad KV index exactly as the other kernels
-//       do) into a small shared table the consumers read when they issue the
-//       tile's copies. An absent or bad page is copied from coordinate -1:
-//       the copy engine fills zeros (and still counts the bytes); the CTA's
-//       rows then become NaN.
+//   WG 0 (producer, 40 registers): issues the K copies. Each of its 4 warps
+//       owns one block group (below) of every tile of one stage: it reads the
+//       tile's page (kernels/loaders: one page-table read), waits until the
+//       consumer that reads the group last has released it (one mbarrier
+//       arrival, k_empty), and issues the group's copies; warps 0 and 2 then
+//       check every row of their stage's tile, which flags a bad KV index
+//       exactly as the other kernels do. An absent or bad page is copied from
+//       coordinate -1: the copy engine fills zeros (and still counts the
+//       bytes); the CTA's rows then become NaN.
 //   WG 1 = consumer 0: scores S_A = Q K_A^T, output columns 0..255 (O_L).
 //   WG 2 = consumer 1: scores S_B = Q K_B^T, output columns 256..511 (O_R).
 //
@@ -34,15 +36,18 @@
 //       O_R *= 2^(m - m1), publishes m1 [SCALE1]; stores P_B (shared memory,
 //       over K_B's no longer needed rope block 8) [PB]; issues
 //       O_R += P_B V_B[:, R] (registers), waits PA, issues O_R += P_A V_A[:, R]
-//       [ISSUED]; refills stage 1 blocks 4-7 and stage 0 blocks 4-8 as each of
-//       the two completes.
+//       [ISSUED]; releases stage 1 blocks 4-7 and stage 0 blocks 4-8 for
+//       refill as each of the two completes.
 //   C0: waits SCALE1; stores P_A 2^(m0 - m1) over K_A's block 8 [PA];
-//       refills stage 0 blocks 0-3 (free since its P V; after PA, so the
+//       releases stage 0 blocks 0-3 (free since its P V; after PA, so the
 //       copies do not delay the P_A C1 waits for); O_L *= 2^(m0 - m1); waits
 //       PB and ISSUED (so C1's P_A V_A[:, R], whose completion frees what
 //       C0's next scores wait for last, runs first);
-//       O_L += P_B V_B[:, L]; next scores on blocks 0-3; refills stage 1
+//       O_L += P_B V_B[:, L]; next scores on blocks 0-3; releases stage 1
 //       blocks 0-3 and 8; next scores on blocks 4-8.
+// A release is one mbarrier arrival by the consumer's thread 0; the producer
+// warp owning the group issues the copies (issuing them from the consumer cost
+// it about 430 cycles per group, on its critical path: exp/tma-trace).
 // so while one consumer does its softmax the other's P V runs, and the max
 // chain m -> m0 -> m1 replaces an exchange of maxima. O is rescaled only when
 // a row max of the warp moved.
@@ -97,6 +102,20 @@ constexpr int kBarPB = 4;       // C1 stored P_B
 constexpr int kBarConsumers = 5;
 constexpr int kBarZero = 6;     // 6, 7: one consumer's own (tail rows zeroed)
 constexpr int kBarIssued = 8;   // C1 issued P_A V_A[:, R]
+
+// Block groups, each refilled as a unit once its last reader released it
+// (k_empty[group]): stage 0 (tile A) blocks 0-3 (C0 after P_A V_A[:, L]) and
+// 4-8 (C1 after P_A V_A[:, R]); stage 1 (tile B) blocks 0-3 and 8 (C0 after
+// P_B V_B[:, L]) and 4-7 (C1 after P_B V_B[:, R]). Producer warp g issues
+// group g.
+constexpr int kGroupA0 = 0, kGroupA1 = 1, kGroupB0 = 2, kGroupB1 = 3;
+__host__ __device__ constexpr int group_stage(int g) { return g >> 1; }
+__host__ __device__ constexpr bool group_has_block(int g, int b) {
+  return g == kGroupA0   ? b < 4
+         : g == kGroupA1 ? b >= 4
+         : g == kGroupB0 ? (b < 4 || b == 8)
+                         : (b >= 4 && b < 8);
+}
 
 // P = exp2(S * scale_log2 - base) in place (one FFMA per exponent), the
 // bf16/fp16 pairs in the wgmma A-register layout (pa[2 k] = columns 8 k + 2 t4,
@@ -186,9 +205,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   float* sScale1 = sScale0 + M;                                  // [64]
   float* sSum = sScale1 + M;                                     // [2][64]
   __shared__ __align__(8) uint64_t full_bar[2][KB];  // [stage][block]: landed (transaction bytes)
-  __shared__ __align__(8) uint64_t rows_full[2][2];   // [half][buffer]: the tile's page staged
-  __shared__ __align__(8) uint64_t rows_empty[2][2];  // ... and read by both consumers
-  __shared__ int s_tile[2][2][2];  // [half][buffer] = {page id or -1, slot of the tile's row 0}
+  __shared__ __align__(8) uint64_t k_empty[4];        // [block group]: released by its last reader
   __shared__ __align__(8) uint64_t done_bar;         // the producer's flags are final
   __shared__ int s_bad_kv;
   __shared__ RequestTile s_rt;
@@ -200,12 +217,10 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
 #pragma unroll
-      for (int c = 0; c < KB; ++c) mbar_init(&full_bar[s][c], 1);  // the refilling thread
-      mbar_init(&rows_full[s][0], 64);  // the stage's producer half
-      mbar_init(&rows_full[s][1], 64);
-      mbar_init(&rows_empty[s][0], 8);  // lane 0 of the 8 consumer warps
-      mbar_init(&rows_empty[s][1], 8);
+      for (int c = 0; c < KB; ++c) mbar_init(&full_bar[s][c], 1);  // the issuing producer lane
     }
+#pragma unroll
+    for (int g = 0; g < 4; ++g) mbar_init(&k_empty[g], 1);  // the releasing consumer's thread 0
     mbar_init(&done_bar, 128);
     s_bad_kv = 0;
     mbar_init_fence();
@@ -230,27 +245,35 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     const RequestTile rt = s_rt;
     const Loader loader(p, blockIdx.x / p.num_kv_heads, blockIdx.x % p.num_kv_heads);
     const int n_tiles = rt.tile_end - rt.tile_begin;
-    const int n_loads = (n_tiles + 1) & ~1;  // whole pairs: a phantom tile is zero-filled
-    // Half h (warps 2h, 2h + 1) stages tiles h, h + 2, ... (stage h): tile
-    // 2 u + h into buffer u % 2, two uses ahead of the consumers.
-    const int half = wtid >> 6;
-    for (int u = 0; 2 * u < n_loads; ++u) {
-      if (u >= 2) mbar_wait(&rows_empty[half][u & 1], ((u - 2) >> 1) & 1);
-      const int i = 2 * u + half;
-      const int j = (rt.tile_begin + i) * N + (wtid & 63);
-      int64_t k_off, v_off;
+    const int n_pairs = (n_tiles + 1) >> 1;  // whole pairs: a phantom tile B is zero-filled
+    const int g = wtid >> 5, lane = wtid & 31, h = group_stage(g);
+    for (int u = 0; u < n_pairs; ++u) {
+      const int i = 2 * u + h;  // this stage's tile of pair u
+      if (lane == 0) {
+        int page = -1, slot = 0;
+        if (i < n_tiles) loader.page_coord((rt.tile_begin + i) * N, &page, &slot);
+        if (u > 0) mbar_wait(&k_empty[g], (u - 1) & 1);  // pair u - 1's readers are done
+#pragma unroll
+        for (int b = 0; b < KB; ++b) {
+          if (group_has_block(g, b)) {
+            mbar_arrive_expect_tx(&full_bar[h][b], kBlockBytes);
+            tma_load_block(sK + h * Shape::kKTileBytes + b * kBlockBytes, p.k_tmap, &full_bar[h][b],
+                           b * kBlockCols, slot, page);
+          }
+        }
+      }
+      __syncwarp();
       // Every row of the tile through the loader's checks (a slot past the
       // request's pages or a page id outside the cache is flagged there):
       // the copy engine reads whatever the page coordinate names, so a bad
-      // row must turn the CTA's rows into NaN.
-      if (i < n_tiles && j < rt.kv_len && !loader.row(j, &k_off, &v_off)) s_bad_kv = 1;
-      if ((wtid & 63) == 0) {
-        int page = -1, slot = 0;
-        if (i < n_tiles) loader.page_coord((rt.tile_begin + i) * N, &page, &slot);
-        s_tile[half][u & 1][0] = page;
-        s_tile[half][u & 1][1] = slot;
+      // row must turn the CTA's rows into NaN. After the copies: off their path.
+      if ((g & 1) == 0 && i < n_tiles) {
+        for (int r = lane; r < N; r += 32) {
+          const int j = (rt.tile_begin + i) * N + r;
+          int64_t k_off, v_off;
+          if (j < rt.kv_len && !loader.row(j, &k_off, &v_off)) s_bad_kv = 1;
+        }
       }
-      mbar_arrive(&rows_full[half][u & 1]);
     }
     mbar_arrive(&done_bar);  // s_bad_kv stores above -> the consumers' epilogue
     return;
@@ -289,24 +312,10 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   float s[32];
   uint32_t pa[16];
 
-  // Block groups each consumer refills (it is their last reader): C0 stage 0
-  // blocks 0-3 and stage 1 blocks 0-3, 8; C1 stage 1 blocks 4-7 and stage 0
-  // blocks 4-8. refill(h, u, ...) = tile 2 u + h, one copy per block issued by
-  // thread 0 of the consumer.
-  constexpr int kRefillA0[4] = {0, 1, 2, 3}, kRefillB0[5] = {0, 1, 2, 3, 8};
-  constexpr int kRefillB1[4] = {4, 5, 6, 7}, kRefillA1[5] = {4, 5, 6, 7, 8};
-  auto refill = [&](int h, int u, const auto& blocks) {
-    mbar_wait(&rows_full[h][u & 1], (u >> 1) & 1);
-    if (wtid == 0) {
-      const int page = s_tile[h][u & 1][0], slot = s_tile[h][u & 1][1];
-      for (const int b : blocks) {
-        mbar_arrive_expect_tx(&full_bar[h][b], kBlockBytes);
-        tma_load_block(sK + h * Shape::kKTileBytes + b * kBlockBytes, p.k_tmap, &full_bar[h][b],
-                       b * kBlockCols, slot, page);
-      }
-    }
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&rows_empty[h][u & 1]);
+  // This consumer read block group `group` for the last time (its wgmma
+  // completed): the producer warp owning the group may refill it.
+  auto release = [&](int group) {
+    if (wtid == 0) mbar_arrive(&k_empty[group]);
   };
   // Rows past kv_len came with the page: zero their values (blocks b0 ..
   // b0 + 3 of the stage) before a P V reads them; this consumer's 128 threads.
@@ -318,16 +327,6 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       named_barrier_sync(kBarZero + w, 128);
     }
   };
-  if (n_pairs > 0) {
-    if (w == 0) {
-      refill(0, 0, kRefillA0);
-      refill(1, 0, kRefillB0);
-    } else {
-      refill(1, 0, kRefillB1);
-      refill(0, 0, kRefillA1);
-    }
-  }
-
   if (w == 0) {
     // ---------------------------------------------------------- consumer 0
     constexpr int kOrder[9] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
@@ -377,9 +376,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       store_p<DT>(pA, s, scale1, my_row, t4);
       fence_proxy_async();  // P_A stores -> C1's wgmma
       named_barrier_arrive(kBarPA, 256);
-      // Blocks 0-3 of K_A are free since P_A V_A[:, L]; their refill goes out
-      // only now, so it does not delay the P_A that C1's P V waits for.
-      if (more) refill(0, pair + 1, kRefillA0);
+      // Blocks 0-3 of K_A are free since P_A V_A[:, L]; released only now,
+      // so their copies do not delay the P_A that C1's P V waits for.
+      if (more) release(kGroupA0);
       scale_o(o, scale1);
 
       // O_L += P_B V_B[:, L]: C1 stored P_B and queued its P_A V_A[:, R] (its
@@ -395,10 +394,10 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       issue_pv_smem<DT>(o, kB, kPBlock * kBlockBytes, kB, 0);
       wgmma_commit();
       // Next scores, blocks 0-3, while P_B V_B[:, L] runs; then K_B's blocks
-      // 0-3 and 8 are free; then blocks 4-8 (refilled by C1 after its P V).
+      // 0-3 and 8 are free; then blocks 4-8 (released by C1 after its P V).
       issue_scores<DT, 0, 4>(s, full_bar[0], par ^ 1, more, q_addr, kA, kOrder);
       wgmma_wait<4>();
-      if (more) refill(1, pair + 1, kRefillB0);
+      if (more) release(kGroupB0);
       issue_scores<DT, 4, 9>(s, full_bar[0], par ^ 1, more, q_addr, kA, kOrder);
       wgmma_wait<0>();
       fence_regs(s);
@@ -406,7 +405,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     }
   } else {
     // ---------------------------------------------------------- consumer 1
-    // Its own refill (blocks 4-7) lands first, blocks 0-3 and 8 after C0's
+    // The blocks it released first (4-7) land first, blocks 0-3 and 8 after C0's
     // P_B V_B[:, L].
     constexpr int kOrder[9] = {4, 5, 6, 7, 0, 1, 2, 3, 8};
     for (int pair = 0; pair < n_pairs; ++pair) {
@@ -437,7 +436,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
 
       // O_R += P_B V_B[:, R] (registers) and O_R += P_A V_A[:, R] (C0's P_A)
       // issued back to back; C0 is told once both are queued; each block
-      // group is refilled as soon as the P V reading it completes.
+      // group is released as soon as the P V reading it completes.
       zero_tail(1, 2 * pair + 1, 4);
       fence_regs(pa);
       fence_regs(o);
@@ -453,10 +452,10 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       wgmma_commit();
       named_barrier_arrive(kBarIssued, 256);
       wgmma_wait<1>();
-      if (pair + 1 < n_pairs) refill(1, pair + 1, kRefillB1);
+      if (pair + 1 < n_pairs) release(kGroupB1);
       wgmma_wait<0>();
       fence_regs(o);
-      if (pair + 1 < n_pairs) refill(0, pair + 1, kRefillA1);
+      if (pair + 1 < n_pairs) release(kGroupA1);
     }
   }
   wgmma_wait<0>();
