@@ -39,18 +39,18 @@
 //       [ISSUED]; releases stage 1 blocks 4-7 and stage 0 blocks 4-8 for
 //       refill as each of the two completes.
 //   C0: waits SCALE1; stores P_A 2^(m0 - m1) over K_A's block 8 [PA];
-//       releases stage 0 blocks 0-3 (free since its P V; after PA, so the
-//       copies do not delay the P_A C1 waits for); O_L *= 2^(m0 - m1); waits
+//       releases stage 0 blocks 0-3 (free since its P V; releasing them
+//       right after it measured slower: BENCHMARKS, `_a0e`); O_L *= 2^(m0 - m1); waits
 //       PB and ISSUED (so C1's P_A V_A[:, R], whose completion frees what
 //       C0's next scores wait for last, runs first);
 //       O_L += P_B V_B[:, L]; next scores on blocks 0-3; releases stage 1
 //       blocks 0-3 and 8; next scores on blocks 4-8.
-// A release is one mbarrier arrival by the consumer's thread 0; the producer
-// warp owning the group issues the copies (issuing them from the consumer cost
-// it about 430 cycles per group, on its critical path: exp/tma-trace).
-// so while one consumer does its softmax the other's P V runs, and the max
+// So while one consumer does its softmax the other's P V runs, and the max
 // chain m -> m0 -> m1 replaces an exchange of maxima. O is rescaled only when
-// a row max of the warp moved.
+// a row max of the warp moved. A release is one mbarrier arrival by the
+// consumer's thread 0; the producer warp owning the group issues the copies
+// (issuing them from the consumer cost it about 430 cycles per group, on its
+// critical path: exp/tma-trace).
 //
 // Same semantics and outputs as attention_kernel (kernels/attention_kernel.cuh):
 // request prologue (kernels/core/request.cuh), tree mask (kernels/core/mask.cuh),
@@ -266,7 +266,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       // Every row of the tile through the loader's checks (a slot past the
       // request's pages or a page id outside the cache is flagged there):
       // the copy engine reads whatever the page coordinate names, so a bad
-      // row must turn the CTA's rows into NaN. After the copies: off their path.
+      // row must turn the CTA's rows into NaN. After this pair's copies (a
+      // release arriving meanwhile waits for the check: 2 rows per lane).
       if ((g & 1) == 0 && i < n_tiles) {
         for (int r = lane; r < N; r += 32) {
           const int j = (rt.tile_begin + i) * N + r;
@@ -332,7 +333,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     constexpr int kOrder[9] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
     // The loop is rotated: the scores of pair + 1 are issued at the end of
     // pair (their blocks 0-3 under this pair's last P V, as those were
-    // refilled since P_A V_A[:, L]), so nothing is in flight across the back
+    // released after the P_A store), so nothing is in flight across the back
     // edge (else ptxas serializes every wgmma, C7514).
     if (n_pairs > 0) {
       issue_scores<DT, 0, 9>(s, full_bar[0], 0, true, q_addr, kA, kOrder);
@@ -376,8 +377,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       store_p<DT>(pA, s, scale1, my_row, t4);
       fence_proxy_async();  // P_A stores -> C1's wgmma
       named_barrier_arrive(kBarPA, 256);
-      // Blocks 0-3 of K_A are free since P_A V_A[:, L]; released only now,
-      // so their copies do not delay the P_A that C1's P V waits for.
+      // Blocks 0-3 of K_A are free since P_A V_A[:, L]; released only now
+      // (right after P_A V_A[:, L] measured slower: BENCHMARKS, `_a0e`).
       if (more) release(kGroupA0);
       scale_o(o, scale1);
 
