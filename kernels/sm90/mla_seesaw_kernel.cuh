@@ -11,15 +11,14 @@
 // of its split, 64 KV rows per tile, tiles in pairs (A = tile 2p in stage 0,
 // B = tile 2p + 1 in stage 1), 384 threads:
 //
-//   WG 0 (producer, 40 registers): issues the K copies. Each of its 4 warps
-//       owns one block group (below) of every tile of one stage: it reads the
-//       tile's page (kernels/loaders: one page-table read), waits until the
-//       consumer that reads the group last has released it (one mbarrier
-//       arrival, k_empty), and issues the group's copies; warps 0 and 2 then
-//       check every row of their stage's tile, which flags a bad KV index
-//       exactly as the other kernels do. An absent or bad page is copied from
-//       coordinate -1: the copy engine fills zeros (and still counts the
-//       bytes); the CTA's rows then become NaN.
+//   WG 0 (producer, 40 registers): issues the K copies
+//       (kernels/sm90/mla_tma_producer.cuh). Each of its 4 warps owns one
+//       block group of every tile of one stage: it reads the tile's page,
+//       waits until the consumer that reads the group last has released it
+//       (one mbarrier arrival, k_empty), and issues the group's copies; warps
+//       0 and 2 then check every row of their stage's tile, which flags a bad
+//       KV index exactly as the other kernels do (the CTA's rows then become
+//       NaN).
 //   WG 1 = consumer 0: scores S_A = Q K_A^T, output columns 0..255 (O_L).
 //   WG 2 = consumer 1: scores S_B = Q K_B^T, output columns 256..511 (O_R).
 //
@@ -74,6 +73,7 @@
 #include "kernels/launch.h"
 #include "kernels/plan.h"
 #include "kernels/sm90/mla_consumer.cuh"
+#include "kernels/sm90/mla_tma_producer.cuh"
 #include "kernels/sm90/swizzle.cuh"
 #include "kernels/sm90/sync.cuh"
 #include "kernels/sm90/tma.cuh"
@@ -102,20 +102,6 @@ constexpr int kBarPB = 4;       // C1 stored P_B
 constexpr int kBarConsumers = 5;
 constexpr int kBarZero = 6;     // 6, 7: one consumer's own (tail rows zeroed)
 constexpr int kBarIssued = 8;   // C1 issued P_A V_A[:, R]
-
-// Block groups, each refilled as a unit once its last reader released it
-// (k_empty[group]): stage 0 (tile A) blocks 0-3 (C0 after P_A V_A[:, L]) and
-// 4-8 (C1 after P_A V_A[:, R]); stage 1 (tile B) blocks 0-3 and 8 (C0 after
-// P_B V_B[:, L]) and 4-7 (C1 after P_B V_B[:, R]). Producer warp g issues
-// group g.
-constexpr int kGroupA0 = 0, kGroupA1 = 1, kGroupB0 = 2, kGroupB1 = 3;
-__host__ __device__ constexpr int group_stage(int g) { return g >> 1; }
-__host__ __device__ constexpr bool group_has_block(int g, int b) {
-  return g == kGroupA0   ? b < 4
-         : g == kGroupA1 ? b >= 4
-         : g == kGroupB0 ? (b < 4 || b == 8)
-                         : (b >= 4 && b < 8);
-}
 
 // P = exp2(S * scale_log2 - base) in place (one FFMA per exponent), the
 // bf16/fp16 pairs in the wgmma A-register layout (pa[2 k] = columns 8 k + 2 t4,
@@ -244,38 +230,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     regs_dealloc<kProducerRegs>();
     const RequestTile rt = s_rt;
     const Loader loader(p, blockIdx.x / p.num_kv_heads, blockIdx.x % p.num_kv_heads);
-    const int n_tiles = rt.tile_end - rt.tile_begin;
-    const int n_pairs = (n_tiles + 1) >> 1;  // whole pairs: a phantom tile B is zero-filled
-    const int g = wtid >> 5, lane = wtid & 31, h = group_stage(g);
-    for (int u = 0; u < n_pairs; ++u) {
-      const int i = 2 * u + h;  // this stage's tile of pair u
-      if (lane == 0) {
-        int page = -1, slot = 0;
-        if (i < n_tiles) loader.page_coord((rt.tile_begin + i) * N, &page, &slot);
-        if (u > 0) mbar_wait(&k_empty[g], (u - 1) & 1);  // pair u - 1's readers are done
-#pragma unroll
-        for (int b = 0; b < KB; ++b) {
-          if (group_has_block(g, b)) {
-            mbar_arrive_expect_tx(&full_bar[h][b], kBlockBytes);
-            tma_load_block(sK + h * Shape::kKTileBytes + b * kBlockBytes, p.k_tmap, &full_bar[h][b],
-                           b * kBlockCols, slot, page);
-          }
-        }
-      }
-      __syncwarp();
-      // Every row of the tile through the loader's checks (a slot past the
-      // request's pages or a page id outside the cache is flagged there):
-      // the copy engine reads whatever the page coordinate names, so a bad
-      // row must turn the CTA's rows into NaN. After this pair's copies (a
-      // release arriving meanwhile waits for the check: 2 rows per lane).
-      if ((g & 1) == 0 && i < n_tiles) {
-        for (int r = lane; r < N; r += 32) {
-          const int j = (rt.tile_begin + i) * N + r;
-          int64_t k_off, v_off;
-          if (j < rt.kv_len && !loader.row(j, &k_off, &v_off)) s_bad_kv = 1;
-        }
-      }
-    }
+    issue_k_tiles<Shape>(p, rt, loader, sK, full_bar, k_empty, &s_bad_kv, wtid);
     mbar_arrive(&done_bar);  // s_bad_kv stores above -> the consumers' epilogue
     return;
   }

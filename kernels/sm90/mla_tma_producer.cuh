@@ -1,0 +1,86 @@
+// The producer warpgroup of the sm_90a TMA kernel
+// (kernels/sm90/mla_seesaw_kernel.cuh): the K tiles of a CTA's tile pairs into
+// the two shared-memory stages by bulk tensor copies, each block group refilled
+// as soon as the consumer that reads it last has released it.
+//
+// Block groups, each refilled as a unit once its last reader released it
+// (k_empty[group]): stage 0 (tile A) blocks 0-3 (C0 after P_A V_A[:, L]) and
+// 4-8 (C1 after P_A V_A[:, R]); stage 1 (tile B) blocks 0-3 and 8 (C0 after
+// P_B V_B[:, L]) and 4-7 (C1 after P_B V_B[:, R]). Producer warp g issues
+// group g: it reads the tile's page (kernels/loaders: one page-table read),
+// waits on k_empty[g], and its lane 0 issues the group's copies, each block
+// completing full_bar[stage][block] by its transaction bytes; warps 0 and 2
+// then check every row of their stage's tile (a bad KV index sets *s_bad_kv,
+// as the other kernels flag it). An absent or bad page is copied from
+// coordinate -1: the copy engine fills zeros (and still counts the bytes).
+#ifndef VERIFY_ATTN_SM90_MLA_TMA_PRODUCER_CUH_
+#define VERIFY_ATTN_SM90_MLA_TMA_PRODUCER_CUH_
+
+#include <stdint.h>
+
+#include "kernels/core/request.cuh"
+#include "kernels/launch.h"
+#include "kernels/sm90/swizzle.cuh"
+#include "kernels/sm90/sync.cuh"
+#include "kernels/sm90/tma.cuh"
+
+namespace verify_attn {
+namespace sm90 {
+namespace seesaw {
+
+constexpr int kGroupA0 = 0, kGroupA1 = 1, kGroupB0 = 2, kGroupB1 = 3;
+__host__ __device__ constexpr int group_stage(int g) { return g >> 1; }
+__host__ __device__ constexpr bool group_has_block(int g, int b) {
+  return g == kGroupA0   ? b < 4
+         : g == kGroupA1 ? b >= 4
+         : g == kGroupB0 ? (b < 4 || b == 8)
+                         : (b >= 4 && b < 8);
+}
+
+// The producer warpgroup's work (wtid = 0..127), for every tile pair of the
+// CTA's range rt (whole pairs: a phantom tile B is zero-filled).
+template <class Shape, class Loader>
+__device__ __forceinline__ void issue_k_tiles(const KernelParams& p, const RequestTile& rt,
+                                              const Loader& loader, unsigned char* sK,
+                                              uint64_t (&full_bar)[2][Shape::kKBlocks],
+                                              uint64_t (&k_empty)[4], int* s_bad_kv, int wtid) {
+  constexpr int N = Shape::kN, KB = Shape::kKBlocks;
+    const int n_tiles = rt.tile_end - rt.tile_begin;
+    const int n_pairs = (n_tiles + 1) >> 1;  // whole pairs: a phantom tile B is zero-filled
+    const int g = wtid >> 5, lane = wtid & 31, h = group_stage(g);
+    for (int u = 0; u < n_pairs; ++u) {
+      const int i = 2 * u + h;  // this stage's tile of pair u
+      if (lane == 0) {
+        int page = -1, slot = 0;
+        if (i < n_tiles) loader.page_coord((rt.tile_begin + i) * N, &page, &slot);
+        if (u > 0) mbar_wait(&k_empty[g], (u - 1) & 1);  // pair u - 1's readers are done
+#pragma unroll
+        for (int b = 0; b < KB; ++b) {
+          if (group_has_block(g, b)) {
+            mbar_arrive_expect_tx(&full_bar[h][b], kBlockBytes);
+            tma_load_block(sK + h * Shape::kKTileBytes + b * kBlockBytes, p.k_tmap, &full_bar[h][b],
+                           b * kBlockCols, slot, page);
+          }
+        }
+      }
+      __syncwarp();
+      // Every row of the tile through the loader's checks (a slot past the
+      // request's pages or a page id outside the cache is flagged there):
+      // the copy engine reads whatever the page coordinate names, so a bad
+      // row must turn the CTA's rows into NaN. After this pair's copies (a
+      // release arriving meanwhile waits for the check: 2 rows per lane).
+      if ((g & 1) == 0 && i < n_tiles) {
+        for (int r = lane; r < N; r += 32) {
+          const int j = (rt.tile_begin + i) * N + r;
+          int64_t k_off, v_off;
+          if (j < rt.kv_len && !loader.row(j, &k_off, &v_off)) *s_bad_kv = 1;
+        }
+      }
+    }
+}
+
+}  // namespace seesaw
+}  // namespace sm90
+}  // namespace verify_attn
+
+#endif  // VERIFY_ATTN_SM90_MLA_TMA_PRODUCER_CUH_
