@@ -45,38 +45,38 @@ __device__ __forceinline__ void issue_k_tiles(const KernelParams& p, const Reque
                                               uint64_t (&full_bar)[2][Shape::kKBlocks],
                                               uint64_t (&k_empty)[4], int* s_bad_kv, int wtid) {
   constexpr int N = Shape::kN, KB = Shape::kKBlocks;
-    const int n_tiles = rt.tile_end - rt.tile_begin;
-    const int n_pairs = (n_tiles + 1) >> 1;  // whole pairs: a phantom tile B is zero-filled
-    const int g = wtid >> 5, lane = wtid & 31, h = group_stage(g);
-    for (int u = 0; u < n_pairs; ++u) {
-      const int i = 2 * u + h;  // this stage's tile of pair u
-      if (lane == 0) {
-        int page = -1, slot = 0;
-        if (i < n_tiles) loader.page_coord((rt.tile_begin + i) * N, &page, &slot);
-        if (u > 0) mbar_wait(&k_empty[g], (u - 1) & 1);  // pair u - 1's readers are done
+  const int n_tiles = rt.tile_end - rt.tile_begin;
+  const int n_pairs = (n_tiles + 1) >> 1;  // whole pairs: a phantom tile B is zero-filled
+  const int g = wtid >> 5, lane = wtid & 31, h = group_stage(g);
+  for (int u = 0; u < n_pairs; ++u) {
+    const int i = 2 * u + h;  // this stage's tile of pair u
+    if (lane == 0) {
+      int page = -1, slot = 0;
+      if (i < n_tiles) loader.page_coord((rt.tile_begin + i) * N, &page, &slot);
+      if (u > 0) mbar_wait(&k_empty[g], (u - 1) & 1);  // pair u - 1's readers are done
 #pragma unroll
-        for (int b = 0; b < KB; ++b) {
-          if (group_has_block(g, b)) {
-            mbar_arrive_expect_tx(&full_bar[h][b], kBlockBytes);
-            tma_load_block(sK + h * Shape::kKTileBytes + b * kBlockBytes, p.k_tmap, &full_bar[h][b],
-                           b * kBlockCols, slot, page);
-          }
-        }
-      }
-      __syncwarp();
-      // Every row of the tile through the loader's checks (a slot past the
-      // request's pages or a page id outside the cache is flagged there):
-      // the copy engine reads whatever the page coordinate names, so a bad
-      // row must turn the CTA's rows into NaN. After this pair's copies (a
-      // release arriving meanwhile waits for the check: 2 rows per lane).
-      if ((g & 1) == 0 && i < n_tiles) {
-        for (int r = lane; r < N; r += 32) {
-          const int j = (rt.tile_begin + i) * N + r;
-          int64_t k_off, v_off;
-          if (j < rt.kv_len && !loader.row(j, &k_off, &v_off)) *s_bad_kv = 1;
+      for (int b = 0; b < KB; ++b) {
+        if (group_has_block(g, b)) {
+          mbar_arrive_expect_tx(&full_bar[h][b], kBlockBytes);
+          tma_load_block(sK + h * Shape::kKTileBytes + b * kBlockBytes, p.k_tmap, &full_bar[h][b],
+                         b * kBlockCols, slot, page);
         }
       }
     }
+    __syncwarp();
+    // Every row of the tile through the loader's checks (a slot past the
+    // request's pages or a page id outside the cache is flagged there):
+    // the copy engine reads whatever the page coordinate names, so a bad
+    // row must turn the CTA's rows into NaN. After this pair's copies (a
+    // release arriving meanwhile waits for the check: 2 rows per lane).
+    if ((g & 1) == 0 && i < n_tiles) {
+      for (int r = lane; r < N; r += 32) {
+        const int j = (rt.tile_begin + i) * N + r;
+        int64_t k_off, v_off;
+        if (j < rt.kv_len && !loader.row(j, &k_off, &v_off)) *s_bad_kv = 1;
+      }
+    }
+  }
 }
 
 }  // namespace seesaw
