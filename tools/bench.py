@@ -84,6 +84,10 @@ flags.DEFINE_integer("warmup", 3, "Warm-up calls per input set before timing (>=
 flags.DEFINE_float("target_ms", 150.0, "Timed work per implementation and mode (sets the call count; > 0).")
 flags.DEFINE_integer("min_iters", 5, "Fewest timed calls (>= 1, <= --max_iters).")
 flags.DEFINE_integer("max_iters", 200, "Most timed calls.")
+flags.DEFINE_integer("rounds", 1, "Timing rounds per shape (>= 1): rounds after the first time every "
+                     "implementation again, in reversed order every other round, and each figure is the "
+                     "median over rounds (the GPU clock drifts with power and temperature over seconds; "
+                     "one pass in a fixed order can favour the first implementation).")
 flags.DEFINE_integer("seed", 0, "Seed of the random trees, page tables and values.")
 flags.DEFINE_float("time_budget_s", None, "Stop starting new shapes after this many seconds (> 0; unset = "
                    "no limit); the rest are listed as skipped.")
@@ -153,6 +157,8 @@ def flag_errors():
         errs.append(f"--warmup: must be >= 0 (got {FLAGS.warmup})")
     if not FLAGS.target_ms > 0:  # NaN too
         errs.append(f"--target_ms: must be > 0 (got {FLAGS.target_ms:g})")
+    if FLAGS.rounds < 1:
+        errs.append(f"--rounds: must be >= 1 (got {FLAGS.rounds})")
     if FLAGS.min_iters < 1:
         errs.append(f"--min_iters: must be >= 1 (got {FLAGS.min_iters})")
     elif FLAGS.min_iters > FLAGS.max_iters:
@@ -271,7 +277,7 @@ def main(argv):
         target_ms=FLAGS.target_ms if not FLAGS.dry_run else min(FLAGS.target_ms, 20.0),
         min_iters=FLAGS.min_iters if not FLAGS.dry_run else 2,
         max_iters=FLAGS.max_iters if not FLAGS.dry_run else 5,
-        flex_policy=FLAGS.flex, grid_name=grid_name)
+        flex_policy=FLAGS.flex, grid_name=grid_name, rounds=FLAGS.rounds)
     json_out, plot_out = default_paths()
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     header = {
@@ -295,7 +301,7 @@ def main(argv):
             "device": info, "ceilings": ceil.as_dict(), "conventions": report.CONVENTIONS,
             "options": {"grid": grid_name, "shapes": FLAGS.shapes, "page_size": FLAGS.page_size,
                         "baselines": [i.name for i in impls], "flex": FLAGS.flex, "graph": opts.graph,
-                        "rotate": opts.rotate, "seed": FLAGS.seed, "dry_run": FLAGS.dry_run,
+                        "rotate": opts.rotate, "rounds": opts.rounds, "seed": FLAGS.seed, "dry_run": FLAGS.dry_run,
                         "workload": FLAGS.workload, "fixture": FLAGS.fixture,
                         "baselines_dir": baselines_dir, "sglang_site": sglang_site()},
             "rows": rows,

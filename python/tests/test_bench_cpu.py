@@ -249,6 +249,40 @@ def test_time_eager_cpu():
         timing.time_graph(fns, "cpu")
 
 
+def test_retime_rounds_alternates_order_and_takes_medians():
+    order, prepared = [], []
+
+    class Fake:
+        def __init__(self, name):
+            self.name = name
+            self.released = 0
+
+        def prepare(self, case, inputs):
+            prepared.append(self.name)
+            return lambda: order.append(self.name)
+
+        def release(self):
+            self.released += 1
+
+    impls = [Fake("a"), Fake("b"), Fake("c")]
+    row = {"impls": {
+        "a": {"status": "ok", "eager": {"median_us": 100.0}, "graph": None},
+        "b": {"status": "wrong", "eager": {"median_us": 5.0}, "graph": None},
+        "c": {"status": "failed", "reason": "x"},
+    }}
+    opts = runner.Options(device="cpu", rounds=3, warmup=1, target_ms=1, min_iters=1, max_iters=2)
+    runner.retime_rounds(row, impls, None, [None], opts, "cpu")
+    for name in ("a", "b"):
+        rounds = row["impls"][name]["eager"]["rounds_us"]
+        assert len(rounds) == 3 and rounds[0] == (100.0 if name == "a" else 5.0)
+        assert row["impls"][name]["eager"]["median_us"] == pytest.approx(sorted(rounds)[1])
+        assert "rounds_error" not in row["impls"][name]
+    assert "eager" not in row["impls"]["c"] and impls[2].released == 0
+    assert impls[0].released == 2 and impls[1].released == 2
+    # round 2 prepares (and times) b before a, round 3 a before b; c, which failed, never
+    assert prepared == ["b", "a", "a", "b"] and set(order) == {"a", "b"}
+
+
 # ---------------------------------------------------------------------------
 # runner summary and report, with fake timings
 

@@ -12,7 +12,13 @@ For each shape, in one process and one run:
    CHAIN of the shape whatever its tree (``computes = "chain"``: FlashMLA) is
    checked on a tree row against the float64 reference of that chain (built
    once per row when needed), not against the tree reference nor our output;
-4. the row: medians, the basis (ours paged under graph replay when it ran),
+4. with ``rounds`` > 1, every implementation that ran is timed again, round
+   after round, in reversed order every other round (:func:`retime_rounds`), and
+   each mode keeps the median over rounds: the H200's clock drifts with power
+   and temperature over seconds (1,980 MHz idle, ~1,875 MHz and a power-cap
+   throttle reason under this load), so one pass in list order can favour
+   whichever implementation runs first;
+5. the row: medians, the basis (ours paged under graph replay when it ran),
    throughputs and fractions of the floor (:mod:`benchlib.floor`), and the
    speedup over every baseline measured in the same timing mode.
 
@@ -22,6 +28,7 @@ caught and written into the row.
 
 import dataclasses
 import gc
+import statistics
 import time
 import traceback
 from typing import Dict, List, Optional, Sequence
@@ -46,6 +53,7 @@ class Options:
     flex_policy: str = "auto"
     grid_name: str = "quick"
     mem_fraction: float = 0.7   # of free device memory the input sets may take
+    rounds: int = 1             # timing rounds per shape (retime_rounds)
 
 
 def _shape_info(shape, page_size) -> dict:
@@ -125,6 +133,51 @@ def run_impl(impl: Impl, case, sets, ref, ours_out, opts: Options, device) -> di
             except Exception:  # noqa: BLE001
                 pass
     return res
+
+
+def retime_rounds(row: dict, impls: Sequence[Impl], case, sets, opts: Options, device) -> None:
+    """Rounds 2 .. ``opts.rounds`` of the timing of one shape.
+
+    Round 1 is the pass of :func:`run_shape` (list order, with the checks); each
+    further round prepares every implementation that ran (status ok or wrong)
+    again and times the modes it was timed in, in reversed order every other
+    round, so a slow clock drift falls on every implementation alike. Each
+    mode's ``median_us`` becomes the median over rounds (the per-round medians
+    are kept in ``rounds_us``); a failing round is recorded in ``rounds_error``
+    and leaves the rounds before it.
+    """
+    timed = [i for i in impls if row["impls"].get(i.name, {}).get("status") in ("ok", "wrong")]
+    tkw = dict(warmup=opts.warmup, target_ms=opts.target_ms, min_iters=opts.min_iters,
+               max_iters=opts.max_iters)
+    for res in (row["impls"][i.name] for i in timed):
+        for mode in ("eager", "graph"):
+            if res.get(mode):
+                res[mode]["rounds_us"] = [res[mode]["median_us"]]
+    for r in range(1, max(1, opts.rounds)):
+        for impl in (timed[::-1] if r % 2 else timed):
+            res = row["impls"][impl.name]
+            if res.get("rounds_error"):
+                continue
+            try:
+                fns = [impl.prepare(case, s) for s in sets]
+                res["eager"]["rounds_us"].append(timing.time_eager(fns, device, **tkw).median_us)
+                if res.get("graph"):
+                    res["graph"]["rounds_us"].append(timing.time_graph(fns, device, **tkw).median_us)
+            except Exception as e:  # noqa: BLE001
+                res["rounds_error"] = f"round {r + 1}: {short_reason(e)}"
+                try:
+                    timing.synchronize(device)
+                except Exception:  # noqa: BLE001
+                    pass
+            finally:
+                try:
+                    impl.release()
+                except Exception:  # noqa: BLE001
+                    pass
+    for res in (row["impls"][i.name] for i in timed):
+        for mode in ("eager", "graph"):
+            if res.get(mode) and res[mode].get("rounds_us"):
+                res[mode]["median_us"] = statistics.median(res[mode]["rounds_us"])
 
 
 def _time_of(res: dict, mode: str) -> Optional[float]:
@@ -276,6 +329,8 @@ def run_shape(shape, impls: Sequence[Impl], opts: Options, ceil: floor.Ceilings,
             pass
     if ref.label != "ref" and ours_out is not None:
         row["check"] = ref.label + "+ours"
+    if opts.rounds > 1:
+        retime_rounds(row, impls, case, sets, opts, device)
     summarize(row, shape, ceil)
     del sets, case, ours_out, chain_ref
     _empty_cache(device)
