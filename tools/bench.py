@@ -84,7 +84,7 @@ flags.DEFINE_integer("warmup", 3, "Warm-up calls per input set before timing (>=
 flags.DEFINE_float("target_ms", 150.0, "Timed work per implementation and mode (sets the call count; > 0).")
 flags.DEFINE_integer("min_iters", 5, "Fewest timed calls (>= 1, <= --max_iters).")
 flags.DEFINE_integer("max_iters", 200, "Most timed calls.")
-flags.DEFINE_integer("rounds", 1, "Timing rounds per shape (>= 1): rounds after the first time every "
+flags.DEFINE_integer("timing_rounds", 1, "Timing rounds per shape (>= 1): rounds after the first time every "
                      "implementation again, in reversed order every other round, and each figure is the "
                      "median over rounds (the GPU clock drifts with power and temperature over seconds; "
                      "one pass in a fixed order can favour the first implementation).")
@@ -157,8 +157,8 @@ def flag_errors():
         errs.append(f"--warmup: must be >= 0 (got {FLAGS.warmup})")
     if not FLAGS.target_ms > 0:  # NaN too
         errs.append(f"--target_ms: must be > 0 (got {FLAGS.target_ms:g})")
-    if FLAGS.rounds < 1:
-        errs.append(f"--rounds: must be >= 1 (got {FLAGS.rounds})")
+    if FLAGS.timing_rounds < 1:
+        errs.append(f"--timing_rounds: must be >= 1 (got {FLAGS.timing_rounds})")
     if FLAGS.min_iters < 1:
         errs.append(f"--min_iters: must be >= 1 (got {FLAGS.min_iters})")
     elif FLAGS.min_iters > FLAGS.max_iters:
@@ -277,7 +277,7 @@ def main(argv):
         target_ms=FLAGS.target_ms if not FLAGS.dry_run else min(FLAGS.target_ms, 20.0),
         min_iters=FLAGS.min_iters if not FLAGS.dry_run else 2,
         max_iters=FLAGS.max_iters if not FLAGS.dry_run else 5,
-        flex_policy=FLAGS.flex, grid_name=grid_name, rounds=FLAGS.rounds)
+        flex_policy=FLAGS.flex, grid_name=grid_name, rounds=FLAGS.timing_rounds)
     json_out, plot_out = default_paths()
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     header = {
