@@ -461,6 +461,65 @@ def _small_case(**over):
     return c
 
 
+def _mask_words(rows, q_len, device):
+    """[len(rows), ceil(q_len / 32)] int32 tree-mask words from per-row sets of draft indices."""
+    words = (q_len + 31) // 32
+    w = torch.zeros(len(rows), words, dtype=torch.int64)
+    for r, cols in enumerate(rows):
+        for c in cols:
+            w[r, c // 32] |= 1 << (c % 32)
+    return torch.where(w >= 2**31, w - 2**32, w).to(torch.int32).to(device)
+
+
+@pytest.mark.parametrize("page_size", [1, 64])
+def test_tree_tile_trim_keeps_every_visible_draft(page_size):
+    """More than 128 drafts: each row tile's KV range ends after the last draft column any of
+    its rows sees (kernels/core/request.cuh, tree_last_visible_draft). Masks that are not in
+    topological order must keep every visible column: token 0 also sees the LAST draft (bit
+    11 of the last, partial word), tokens 7k + 3 see every draft up to themselves, token 150
+    sees drafts 200..299, the others only themselves; a second request with an empty prefix.
+    Against the float64 reference, NaN-filled outputs, scattered pages."""
+    dev = "cuda"
+    g = torch.Generator().manual_seed(new_seed())
+    H, T, d_qk, d_vo = 16, 300, 576, 512
+    prefixes = [70, 0]
+    B = len(prefixes)
+    rows = []
+    for _ in range(B):
+        for t in range(T):
+            cols = {t}
+            if t == 0:
+                cols.add(T - 1)
+            if t % 7 == 3:
+                cols.update(range(t))
+            if t == 150:
+                cols.update(range(200, T))
+            rows.append(cols)
+    mask = _mask_words(rows, T, dev)
+    kv_lens = [p + T for p in prefixes]
+    pages = [(n + page_size - 1) // page_size for n in kv_lens]
+    num_pages = sum(pages) + 5
+    perm = torch.randperm(num_pages, generator=g)[: sum(pages)].to(torch.int32)
+    k_cache = (torch.randn(num_pages, page_size, 1, d_qk, generator=g) * 0.5).to(torch.bfloat16).to(dev)
+    q = torch.randn(B * T, H, d_qk, generator=g).to(torch.bfloat16).to(dev)
+    qo = torch.tensor([0, T, 2 * T], dtype=torch.int32, device=dev)
+    kv_indptr = torch.tensor([0, pages[0], pages[0] + pages[1]], dtype=torch.int32, device=dev)
+    kv_indices = perm.to(dev)
+    kv_len = torch.tensor(kv_lens, dtype=torch.int32, device=dev)
+    out = torch.full((B * T, H, d_vo), float("nan"), dtype=torch.bfloat16, device=dev)
+    lse = torch.full((B * T, H), float("nan"), dtype=torch.float32, device=dev)
+    va.tree_attention_paged(q, k_cache, None, qo, kv_indptr, kv_indices, kv_len, tree_mask=mask,
+                            max_q_len=T, max_kv_len=max(kv_lens), out=out, lse=lse, return_lse=True)
+    ref_out, ref_lse = reference_attention_paged(q, k_cache, None, qo, kv_indptr, kv_indices, kv_len,
+                                                 tree_mask=mask)
+    assert bool(torch.isfinite(out).all()) and bool(torch.isfinite(lse).all())
+    for b in range(B):
+        sl = slice(b * T, (b + 1) * T)
+        assert rel_err(out[sl], ref_out[sl]) < REL_TOL, (b, rel_err(out[sl], ref_out[sl]))
+    d = (lse.double() - ref_lse).abs()
+    assert bool((d <= LSE_ATOL + LSE_RTOL * ref_lse.abs()).all()), float(d.max())
+
+
 @pytest.mark.parametrize("layout", ["flat", "paged1"])
 def test_empty_batches(layout):
     dev = "cuda"
