@@ -471,51 +471,58 @@ def _mask_words(rows, q_len, device):
     return torch.where(w >= 2**31, w - 2**32, w).to(torch.int32).to(device)
 
 
+@pytest.mark.parametrize("num_splits", [0, 5])
 @pytest.mark.parametrize("page_size", [1, 64])
-def test_tree_tile_trim_keeps_every_visible_draft(page_size):
+def test_tree_tile_trim_keeps_every_visible_draft(page_size, num_splits):
     """More than 128 drafts: each row tile's KV range ends after the last draft column any of
     its rows sees (kernels/core/request.cuh, tree_last_visible_draft). Masks that are not in
-    topological order must keep every visible column: token 0 also sees the LAST draft (bit
-    11 of the last, partial word), tokens 7k + 3 see every draft up to themselves, token 150
-    sees drafts 200..299, the others only themselves; a second request with an empty prefix.
-    Against the float64 reference, NaN-filled outputs, scattered pages."""
+    topological order must keep every visible column: token 0 also sees its request's LAST
+    draft (request 0: bit 11 of the last, partial word), tokens 7k + 3 see every draft up to
+    themselves, token 150 sees drafts 180..q_len-1, request 0's tokens 20-23 (one row tile)
+    see no draft at all, the others only themselves. Request 1 has an empty prefix and 200
+    drafts under 10 mask words (7 cover it). Page 1 (cp.async kernel) and 64 (TMA kernel),
+    auto and 5 splits, NaN-filled outputs, against the float64 reference."""
     dev = "cuda"
     g = torch.Generator().manual_seed(new_seed())
-    H, T, d_qk, d_vo = 16, 300, 576, 512
-    prefixes = [70, 0]
-    B = len(prefixes)
+    H, d_qk, d_vo = 16, 576, 512
+    q_lens, prefixes = [300, 200], [70, 0]
+    B, T = len(q_lens), max(q_lens)
     rows = []
-    for _ in range(B):
-        for t in range(T):
-            cols = {t}
+    for n in q_lens:
+        for t in range(n):
+            cols = set() if (n == 300 and 20 <= t <= 23) else {t}
             if t == 0:
-                cols.add(T - 1)
+                cols.add(n - 1)
             if t % 7 == 3:
                 cols.update(range(t))
             if t == 150:
-                cols.update(range(200, T))
+                cols.update(range(180, n))
             rows.append(cols)
     mask = _mask_words(rows, T, dev)
-    kv_lens = [p + T for p in prefixes]
+    kv_lens = [p + n for p, n in zip(prefixes, q_lens)]
     pages = [(n + page_size - 1) // page_size for n in kv_lens]
     num_pages = sum(pages) + 5
     perm = torch.randperm(num_pages, generator=g)[: sum(pages)].to(torch.int32)
     k_cache = (torch.randn(num_pages, page_size, 1, d_qk, generator=g) * 0.5).to(torch.bfloat16).to(dev)
-    q = torch.randn(B * T, H, d_qk, generator=g).to(torch.bfloat16).to(dev)
-    qo = torch.tensor([0, T, 2 * T], dtype=torch.int32, device=dev)
+    total_q = sum(q_lens)
+    q = torch.randn(total_q, H, d_qk, generator=g).to(torch.bfloat16).to(dev)
+    qo = torch.tensor([0, q_lens[0], total_q], dtype=torch.int32, device=dev)
     kv_indptr = torch.tensor([0, pages[0], pages[0] + pages[1]], dtype=torch.int32, device=dev)
     kv_indices = perm.to(dev)
     kv_len = torch.tensor(kv_lens, dtype=torch.int32, device=dev)
-    out = torch.full((B * T, H, d_vo), float("nan"), dtype=torch.bfloat16, device=dev)
-    lse = torch.full((B * T, H), float("nan"), dtype=torch.float32, device=dev)
+    out = torch.full((total_q, H, d_vo), float("nan"), dtype=torch.bfloat16, device=dev)
+    lse = torch.full((total_q, H), float("nan"), dtype=torch.float32, device=dev)
     va.tree_attention_paged(q, k_cache, None, qo, kv_indptr, kv_indices, kv_len, tree_mask=mask,
-                            max_q_len=T, max_kv_len=max(kv_lens), out=out, lse=lse, return_lse=True)
+                            max_q_len=T, max_kv_len=max(kv_lens), out=out, lse=lse, return_lse=True,
+                            num_splits=num_splits)
     ref_out, ref_lse = reference_attention_paged(q, k_cache, None, qo, kv_indptr, kv_indices, kv_len,
                                                  tree_mask=mask)
     assert bool(torch.isfinite(out).all()) and bool(torch.isfinite(lse).all())
-    for b in range(B):
-        sl = slice(b * T, (b + 1) * T)
-        assert rel_err(out[sl], ref_out[sl]) < REL_TOL, (b, rel_err(out[sl], ref_out[sl]))
+    s = 0
+    for n in q_lens:
+        err = rel_err(out[s:s + n], ref_out[s:s + n])
+        assert err < REL_TOL, (s, err)
+        s += n
     d = (lse.double() - ref_lse).abs()
     assert bool((d <= LSE_ATOL + LSE_RTOL * ref_lse.abs()).all()), float(d.max())
 
