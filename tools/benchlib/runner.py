@@ -88,6 +88,12 @@ def computes_chain_of_tree(impl: Impl, shape) -> bool:
     return getattr(impl, "computes", "tree") == "chain" and not shape.is_chain
 
 
+def _timing_kwargs(opts: Options) -> dict:
+    """The keyword arguments of timing.time_eager / time_graph from the options."""
+    return dict(warmup=opts.warmup, target_ms=opts.target_ms, min_iters=opts.min_iters,
+                max_iters=opts.max_iters)
+
+
 def run_impl(impl: Impl, case, sets, ref, ours_out, opts: Options, device) -> dict:
     res = {"label": impl.label, "status": "ok", "reason": None, "eager": None, "graph": None,
            "graph_error": None, "err_ref": None, "err_vs_ours": None}
@@ -116,8 +122,7 @@ def run_impl(impl: Impl, case, sets, ref, ours_out, opts: Options, device) -> di
     if errs and max(errs) > check.TOL:
         res["status"] = "wrong"
         res["reason"] = f"max relative error {max(errs):.2e} > {check.TOL:.0e}"
-    tkw = dict(warmup=opts.warmup, target_ms=opts.target_ms, min_iters=opts.min_iters,
-               max_iters=opts.max_iters)
+    tkw = _timing_kwargs(opts)
     try:
         res["eager"] = timing.time_eager(fns, device, **tkw).as_dict()
     except Exception as e:  # noqa: BLE001
@@ -147,8 +152,7 @@ def retime_rounds(row: dict, impls: Sequence[Impl], case, sets, opts: Options, d
     and leaves the rounds before it.
     """
     timed = [i for i in impls if row["impls"].get(i.name, {}).get("status") in ("ok", "wrong")]
-    tkw = dict(warmup=opts.warmup, target_ms=opts.target_ms, min_iters=opts.min_iters,
-               max_iters=opts.max_iters)
+    tkw = _timing_kwargs(opts)
     for res in (row["impls"][i.name] for i in timed):
         for mode in ("eager", "graph"):
             if res.get(mode):
