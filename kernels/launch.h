@@ -65,6 +65,11 @@ struct KernelParams {
   // cache (kernels/sm90/tma_host.h), read by the kernel through its
   // __grid_constant__ parameter; unused (uninitialised) otherwise.
   alignas(64) unsigned char k_tmap[128];
+  // The same kernel's Q tile by TMA (kernels/sm90/tma_host.h, encode_q_tmap):
+  // q_tma = 1 when q_tmap holds the map of q, else 0 (its consumers then copy
+  // Q with cp.async).
+  int32_t q_tma;
+  alignas(64) unsigned char q_tmap[128];
 };
 
 // Launch the attention kernel of plan.config on `stream` (+ the merge when

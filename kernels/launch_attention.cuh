@@ -117,6 +117,8 @@ va_status launch_one(const KernelParams& kp, const Plan& plan, int dtype, void* 
     KernelParams kp_tma = kp;
     if (encode_k_tmap(&kp_tma, dtype) != VA_OK)
       return launch_config<kCfgMlaWgmmaM64N64PR, Loader>(kp, plan, dtype, stream);
+    // Q by TMA too where its map can describe q (else the consumers copy it).
+    encode_q_tmap(&kp_tma, dtype);
     return launch_kernel<Shape, DT, Loader>(kp_tma, plan, dtype, stream);
   }
 }

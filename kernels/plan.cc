@@ -16,11 +16,20 @@
 namespace verify_attn {
 namespace {
 
+template <class S>
+constexpr int tile_granule() {
+  if constexpr (S::kWgmma) {
+    return S::kSeesawTma ? 2 : 1;  // the TMA kernel works in tile pairs
+  } else {
+    return 1;
+  }
+}
+
 template <int ID>
 constexpr ConfigDesc make_desc(const char* tag) {
   using S = typename ConfigShape<ID>::type;
-  return ConfigDesc{tag,         S::kM,          S::kN, S::kWarps, S::kStages, S::kSmemBytes,
-                    S::kMinBlocks, S::kWgmma ? 90 : 0, S::kWgmma};
+  return ConfigDesc{tag,           S::kM,          S::kN,     S::kWarps,          S::kStages,
+                    S::kSmemBytes, S::kMinBlocks, S::kWgmma ? 90 : 0, S::kWgmma, tile_granule<S>()};
 }
 
 const ConfigDesc kDescs[kNumConfigs] = {
@@ -126,13 +135,21 @@ va_status query_device(DeviceInfo* info) {
   return VA_OK;
 }
 
-int choose_splits(int64_t base_ctas, int64_t kv_tiles, int num_sms, int ctas_per_sm) {
-  // Cost of one CTA in KV tiles: its share of the tiles plus a fixed part
-  // (Q tile load, prologue, epilogue, its share of the merge), about 6 tiles
-  // (H200: B1 H16 T64 L32k ran 845 us with 17 splits = 2.06 waves, 627 us with
-  // 8 = 0.97 waves, 635 us with 33, 679 us with 66).
+int choose_splits(int64_t base_ctas, int64_t kv_tiles, int num_sms, int ctas_per_sm,
+                  int tile_granule) {
+  // Cost of one CTA in KV tiles: its share of the tiles, rounded up to the
+  // kernel's granule (the TMA kernel works in tile pairs: an odd share's last
+  // pair costs a whole one), plus a fixed part (Q tile load, prologue,
+  // epilogue), about 6 tiles (H200: B1 H16 T64 L32k ran 845 us with 17 splits
+  // = 2.06 waves, 627 us with 8 = 0.97 waves, 635 us with 33, 679 us with 66).
+  // Each split adds its partial rows to write and merge: about a third of a
+  // tile per split (H200, TMA kernel, B1 H16 T16 L4k, three tile pairs per CTA:
+  // 28.7 / 29.9 / 30.3 us with 11 / 13 / 16 splits; 31.6 us with 22 splits of
+  // two pairs: BENCHMARKS.md, session 9).
   constexpr double kFixedTiles = 6.0;
+  constexpr double kMergeTilesPerSplit = 1.0 / 3.0;
   const int64_t slots = static_cast<int64_t>(num_sms) * std::max(1, ctas_per_sm);
+  const int64_t granule = std::max(1, tile_granule);
   // A batch that already fills every CTA slot is never split (and this keeps
   // base_ctas * s below far from overflowing).
   if (base_ctas <= 0 || kv_tiles <= 0 || base_ctas >= slots) return 1;
@@ -142,8 +159,9 @@ int choose_splits(int64_t base_ctas, int64_t kv_tiles, int num_sms, int ctas_per
   double best_cost = 0;
   for (int64_t s = 1; s <= cap; ++s) {
     const int64_t waves = (base_ctas * s + slots - 1) / slots;
-    const double per_cta = static_cast<double>((kv_tiles + s - 1) / s) + kFixedTiles;
-    const double cost = static_cast<double>(waves) * per_cta;
+    const int64_t share = ((kv_tiles + s - 1) / s + granule - 1) / granule * granule;
+    const double per_cta = static_cast<double>(share) + kFixedTiles;
+    const double cost = static_cast<double>(waves) * per_cta + kMergeTilesPerSplit * static_cast<double>(s);
     if (s == 1 || cost < best_cost * 0.98) {  // a split must win by 2% to be taken
       best = static_cast<int>(s);
       best_cost = cost;
@@ -235,7 +253,7 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
     // pool is about the per-block opt-in limit + 1 KB).
     const int by_smem = (dev.max_smem_optin + 1024) / (d.smem_bytes + 1024);
     const int per_sm = std::max(1, std::min(by_smem, d.min_blocks));
-    splits = choose_splits(ctas, kv_tiles, dev.num_sms, per_sm);
+    splits = choose_splits(ctas, kv_tiles, dev.num_sms, per_sm, d.tile_granule);
   }
   if (splits > 65535)
     return va_fail(VA_ERR_INVALID_VALUE, "num_splits: at most 65535 (got %lld)",

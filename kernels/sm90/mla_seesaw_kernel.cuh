@@ -192,6 +192,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   float* sSum = sScale1 + M;                                     // [2][64]
   __shared__ __align__(8) uint64_t full_bar[2][KB];  // [stage][block]: landed (transaction bytes)
   __shared__ __align__(8) uint64_t k_empty[4];        // [block group]: released by its last reader
+  __shared__ __align__(8) uint64_t q_full;            // p.q_tma: Q landed (transaction bytes)
   __shared__ __align__(8) uint64_t done_bar;         // the producer's flags are final
   __shared__ int s_bad_kv;
   __shared__ RequestTile s_rt;
@@ -200,6 +201,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   // programmatic dependent launch (kernels/pdl_launch.h).
   if (threadIdx.x == 0) {
     tma_prefetch_map(p.k_tmap);
+    if (p.q_tma) tma_prefetch_map(p.q_tmap);
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
 #pragma unroll
@@ -207,6 +209,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     }
 #pragma unroll
     for (int g = 0; g < 4; ++g) mbar_init(&k_empty[g], 1);  // the releasing consumer's thread 0
+    mbar_init(&q_full, 1);  // the producer lane issuing Q
     mbar_init(&done_bar, 128);
     s_bad_kv = 0;
     mbar_init_fence();
@@ -230,6 +233,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     regs_dealloc<kProducerRegs>();
     const RequestTile rt = s_rt;
     const Loader loader(p, blockIdx.x / p.num_kv_heads, blockIdx.x % p.num_kv_heads);
+    if (p.q_tma && wtid == 0) issue_q_tile(p, rt, sQ, &q_full);  // before the first page read
     issue_k_tiles<Shape>(p, rt, loader, sK, full_bar, k_empty, &s_bad_kv, wtid);
     mbar_arrive(&done_bar);  // s_bad_kv stores above -> the consumers' epilogue
     return;
@@ -250,7 +254,11 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   const int warp = wtid >> 5, lane = wtid & 31;
   const int g = lane >> 2, t4 = lane & 3;
 
-  load_q_tile<DT>(sQ, p, rc, hk, ct, kBarConsumers);
+  if (p.q_tma) {
+    mbar_wait(&q_full, 0);
+  } else {
+    load_q_tile<DT>(sQ, p, rc, hk, ct, kBarConsumers);
+  }
 
   const RequestMask rmask{rc.kv_len, rc.prefix, p.mask_words, p.causal != 0};
   const int my_row[2] = {warp * 16 + g, warp * 16 + g + 8};

@@ -37,6 +37,20 @@ __host__ __device__ constexpr bool group_has_block(int g, int b) {
                          : (b >= 4 && b < 8);
 }
 
+// The CTA's Q tile (64 folded rows x 9 column blocks) by TMA, completing
+// q_full by its transaction bytes (one thread; p.q_tma: the map of
+// kernels/sm90/tma_host.h, encode_q_tmap, whose box is the 64 rows). Issued
+// before the first K page-table read, so that Q is not queued behind it.
+__device__ __forceinline__ void issue_q_tile(const KernelParams& p, const RequestTile& rt,
+                                             unsigned char* sQ, uint64_t* q_full) {
+  const int G = p.group;
+  const int head0 = G >= 64 ? rt.row0 % G : 0;
+  const int token0 = rt.q_start + rt.row0 / G;
+  mbar_arrive_expect_tx(q_full, 9 * kBlockBytes);
+#pragma unroll
+  for (int b = 0; b < 9; ++b) tma_load_block(sQ + b * kBlockBytes, p.q_tmap, q_full, b * kBlockCols, head0, token0);
+}
+
 // The producer warpgroup's work (wtid = 0..127), for every tile pair of the
 // CTA's range rt (whole pairs: a phantom tile B is zero-filled).
 template <class Shape, class Loader>
@@ -53,7 +67,10 @@ __device__ __forceinline__ void issue_k_tiles(const KernelParams& p, const Reque
     if (lane == 0) {
       int page = -1, slot = 0;
       if (i < n_tiles) loader.page_coord((rt.tile_begin + i) * N, &page, &slot);
-      if (u > 0) mbar_wait(&k_empty[g], (u - 1) & 1);  // pair u - 1's readers are done
+      // Pair u - 1's readers are done. Suspending up to 1 ms per try instead of
+      // polling (mbarrier.try_wait's suspend-time hint; ncu counted 4.1 M polls
+      // of this wait per launch): the thread wakes when the phase completes.
+      if (u > 0) mbar_wait_hint(&k_empty[g], (u - 1) & 1, 1000000u);
 #pragma unroll
       for (int b = 0; b < KB; ++b) {
         if (group_has_block(g, b)) {

@@ -46,6 +46,22 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   } while (!done);
 }
 
+// The same wait, each try suspending the thread until the phase completes or
+// `ns` nanoseconds pass (PTX ISA 7.8, mbarrier.try_wait's suspendTimeHint)
+// instead of the hardware's default time limit.
+__device__ __forceinline__ void mbar_wait_hint(uint64_t* bar, uint32_t parity, uint32_t ns) {
+  const uint32_t addr = smem_addr(bar);
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(addr), "r"(parity), "r"(ns)
+        : "memory");
+  } while (!done);
+}
+
 // bar.arrive: counts this thread on barrier `id` without waiting (the waiting
 // side calls named_barrier_sync with the same total).
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {

@@ -1,8 +1,10 @@
-// Host side of the sm_90a TMA loads: the tensor map of the paged K cache,
-// encoded per launch into KernelParams::k_tmap (cuTensorMapEncodeTiled, found
-// through cudaGetDriverEntryPointByVersion: no link against libcuda).
+// Host side of the sm_90a TMA loads: the tensor maps of the paged K cache and
+// of q, encoded per launch into KernelParams::k_tmap / q_tmap
+// (cuTensorMapEncodeTiled, found through cudaGetDriverEntryPointByVersion: no
+// link against libcuda).
 //
-// Map: 3-D [num_pages][page_size][576 columns] of bf16/fp16 with the caller's
+// K map (encode_k_tmap):
+// 3-D [num_pages][page_size][576 columns] of bf16/fp16 with the caller's
 // page and token strides, boxes of 64 columns x 64 slots x 1 page, 128-byte
 // swizzle (the shared-memory layout of kernels/sm90/swizzle.cuh), zeros for
 // coordinates outside it. Needs page_size a multiple of 64 (a 64-row tile then
@@ -14,6 +16,8 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 #include "kernels/launch.h"
@@ -23,14 +27,11 @@
 namespace verify_attn {
 
 static_assert(sizeof(CUtensorMap) == sizeof(KernelParams::k_tmap), "k_tmap holds one CUtensorMap");
+static_assert(sizeof(CUtensorMap) == sizeof(KernelParams::q_tmap), "q_tmap holds one CUtensorMap");
 
-inline va_status encode_k_tmap(KernelParams* kp, int dtype) {
-  if (kp->page_size <= 0 || kp->page_size % 64 != 0 || kp->num_pages <= 0)
-    return va_fail(VA_ERR_UNSUPPORTED,
-                   "page_size: the TMA configuration needs a paged cache with page_size a multiple "
-                   "of 64 (got %d)",
-                   kp->page_size);
-  // Looked up once (a function-local static: thread-safe initialisation).
+// cuTensorMapEncodeTiled of the driver, looked up once (a function-local
+// static: thread-safe initialisation); null when the driver lacks it.
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult q;
@@ -42,6 +43,16 @@ inline va_status encode_k_tmap(KernelParams* kp, int dtype) {
     }
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
+  return encode;
+}
+
+inline va_status encode_k_tmap(KernelParams* kp, int dtype) {
+  if (kp->page_size <= 0 || kp->page_size % 64 != 0 || kp->num_pages <= 0)
+    return va_fail(VA_ERR_UNSUPPORTED,
+                   "page_size: the TMA configuration needs a paged cache with page_size a multiple "
+                   "of 64 (got %d)",
+                   kp->page_size);
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr)
     return va_fail(VA_ERR_CUDA, "device: cuTensorMapEncodeTiled not found in the driver");
   const cuuint64_t dims[3] = {576, static_cast<cuuint64_t>(kp->page_size),
@@ -64,6 +75,46 @@ inline va_status encode_k_tmap(KernelParams* kp, int dtype) {
                    static_cast<long long>(kp->num_pages));
   std::memcpy(kp->k_tmap, &map, sizeof(map));
   return VA_OK;
+}
+
+// The CTA's Q tile (64 folded rows x 576 columns) by TMA: q as a 3-D map
+// [total_q tokens][num_qo_heads][576 columns] with the caller's head and token
+// strides, boxes of 64 columns x min(G, 64) heads x max(64 / G, 1) tokens
+// (G = heads per KV head), so that a box is one CTA's 64 folded rows
+// (token-major, heads fastest: kernels/core/request.cuh, q_row_offset) in the
+// 128-byte swizzled layout the consumers' wgmma reads. Needs MLA (one KV head),
+// G dividing 64 or 64 dividing G, and 16-byte aligned q and strides (the
+// copy engine's rules); returns false otherwise (not an error: the kernel then
+// copies Q with cp.async) and sets kp->q_tma. Rows of a box past the request
+// are the next request's (zeros past total_q): masked, never written.
+// VERIFY_ATTN_Q_TMA=0 turns it off (an A/B and test knob).
+inline bool encode_q_tmap(KernelParams* kp, int dtype) {
+  kp->q_tma = 0;
+  const char* env = std::getenv("VERIFY_ATTN_Q_TMA");
+  if (env != nullptr && env[0] == '0') return false;
+  const int G = kp->group;
+  if (kp->num_kv_heads != 1 || G <= 0 || (G % 64 != 0 && 64 % G != 0) || kp->total_q <= 0 ||
+      reinterpret_cast<uintptr_t>(kp->q) % 16 != 0 || kp->q_stride_head < 576 ||
+      (kp->q_stride_head * 2) % 16 != 0 || (kp->q_stride_token * 2) % 16 != 0)
+    return false;
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[3] = {576, static_cast<cuuint64_t>(kp->num_qo_heads),
+                              static_cast<cuuint64_t>(kp->total_q)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(kp->q_stride_head) * 2,
+                                 static_cast<cuuint64_t>(kp->q_stride_token) * 2};
+  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(G < 64 ? G : 64),
+                             static_cast<cuuint32_t>(G < 64 ? 64 / G : 1)};
+  const cuuint32_t elem[3] = {1, 1, 1};
+  CUtensorMap map;
+  const CUresult r = encode(
+      &map, dtype == VA_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+      3, const_cast<void*>(kp->q), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) return false;
+  std::memcpy(kp->q_tmap, &map, sizeof(map));
+  kp->q_tma = 1;
+  return true;
 }
 
 }  // namespace verify_attn
