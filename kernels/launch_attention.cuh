@@ -105,7 +105,15 @@ va_status launch_kernel(const KernelParams& kp, const Plan& plan, int dtype, voi
 template <class Shape, typename DT, class Loader>
 va_status launch_one(const KernelParams& kp, const Plan& plan, int dtype, void* stream) {
   if constexpr (!uses_tma<Shape>()) {
-    return launch_kernel<Shape, DT, Loader>(kp, plan, dtype, stream);
+    if constexpr (Shape::kWgmma) {
+      // The sm_90a cp.async kernel (page_size 1, flat caches): Q by TMA where
+      // its map can describe q (kernels/sm90/tma_host.h), K by cp.async.
+      KernelParams kp_q = kp;
+      encode_q_tmap(&kp_q, dtype);
+      return launch_kernel<Shape, DT, Loader>(kp_q, plan, dtype, stream);
+    } else {
+      return launch_kernel<Shape, DT, Loader>(kp, plan, dtype, stream);
+    }
   } else if constexpr (!Loader::kPaged) {
     // Never planned (kernels/plan.cc); a forced configuration gets this.
     return va_fail(VA_ERR_UNSUPPORTED, "kv_layout: the TMA configuration needs a paged cache");

@@ -1,6 +1,6 @@
 // The pieces both sm_90a MLA kernels' consumer warpgroups share
 // (kernels/sm90/mla_wgmma_kernel.cuh, kernels/sm90/mla_seesaw_kernel.cuh):
-// the Q tile into shared memory, the scores' wgmmas block by block as the
+// the Q tile into shared memory (by TMA or cp.async), the scores' wgmmas block by block as the
 // blocks land, the mask and row maxima, the O rescale, and the epilogue (row sums over both consumers, output rows or
 // split-K workspace rows).
 //
@@ -23,10 +23,27 @@
 #include "kernels/launch.h"
 #include "kernels/sm90/swizzle.cuh"
 #include "kernels/sm90/sync.cuh"
+#include "kernels/sm90/tma.cuh"
 #include "kernels/sm90/wgmma.cuh"
 
 namespace verify_attn {
 namespace sm90 {
+
+// The CTA's Q tile (64 folded rows x 9 column blocks) by TMA, completing
+// q_full by its transaction bytes; one thread of the producer warpgroup, first
+// thing (p.q_tma: the map of kernels/sm90/tma_host.h, encode_q_tmap, whose box
+// is the 64 rows in the layout load_q_tile writes). Rows past the request are
+// the next request's (zeros past total_q): masked, never written.
+__device__ __forceinline__ void issue_q_tile(const KernelParams& p, const RequestTile& rt,
+                                             unsigned char* sQ, uint64_t* q_full) {
+  const int G = p.group;
+  const int head0 = G >= 64 ? rt.row0 % G : 0;
+  const int token0 = rt.q_start + rt.row0 / G;
+  mbar_arrive_expect_tx(q_full, 9 * kBlockBytes);
+#pragma unroll
+  for (int b = 0; b < 9; ++b)
+    tma_load_block(sQ + b * kBlockBytes, p.q_tmap, q_full, b * kBlockCols, head0, token0);
+}
 
 // Q (the CTA's 64 folded rows x 576) into shared memory as 9 swizzled blocks
 // (K-major wgmma A operand); rows past the request are zero. ct = 0..255 over
@@ -48,6 +65,19 @@ __device__ __forceinline__ void load_q_tile(unsigned char* sQ, const KernelParam
   cp_async_wait<0>();
   fence_proxy_async();
   named_barrier_sync(bar, 256);  // all of Q in shared memory
+}
+
+// The consumers' Q tile: landed by TMA (issue_q_tile) when p.q_tma, else
+// copied by them (load_q_tile).
+template <typename DT>
+__device__ __forceinline__ void acquire_q_tile(unsigned char* sQ, const KernelParams& p,
+                                               const RequestTile& rc, int hk, int ct, int bar,
+                                               uint64_t* q_full) {
+  if (p.q_tma) {
+    mbar_wait(q_full, 0);
+  } else {
+    load_q_tile<DT>(sQ, p, rc, hk, ct, bar);
+  }
 }
 
 // Scores of KV tile `tile` of the split (64 columns): masked only on draft /

@@ -11,7 +11,9 @@
 // of its split, 64 KV rows per tile, tiles in pairs (A = tile 2p in stage 0,
 // B = tile 2p + 1 in stage 1), 384 threads:
 //
-//   WG 0 (producer, 40 registers): issues the K copies
+//   WG 0 (producer, 40 registers): issues the Q tile's copies first where
+//       q's tensor map allows it (kernels/sm90/mla_consumer.cuh, issue_q_tile;
+//       else the consumers copy Q with cp.async), then the K copies
 //       (kernels/sm90/mla_tma_producer.cuh). Each of its 4 warps owns one
 //       block group of every tile of one stage: it reads the tile's page,
 //       waits until the consumer that reads the group last has released it
@@ -25,7 +27,7 @@
 // K tiles arrive by bulk tensor copies (kernels/sm90/tma.cuh), one 64 x 64
 // block per copy into its 128-byte swizzled place, each block with a "full"
 // mbarrier that completes on its transaction bytes, so scores start on a block
-// as soon as it lands. The tensor map is encoded per launch on the host
+// as soon as it lands. The tensor maps are encoded per launch on the host
 // (kernels/sm90/tma_host.h) and read through the __grid_constant__ parameter.
 //
 // Per pair, with m the running row max shared in shared memory (sM):
@@ -254,11 +256,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   const int warp = wtid >> 5, lane = wtid & 31;
   const int g = lane >> 2, t4 = lane & 3;
 
-  if (p.q_tma) {
-    mbar_wait(&q_full, 0);
-  } else {
-    load_q_tile<DT>(sQ, p, rc, hk, ct, kBarConsumers);
-  }
+  acquire_q_tile<DT>(sQ, p, rc, hk, ct, kBarConsumers, &q_full);
 
   const RequestMask rmask{rc.kv_len, rc.prefix, p.mask_words, p.causal != 0};
   const int my_row[2] = {warp * 16 + g, warp * 16 + g + 8};

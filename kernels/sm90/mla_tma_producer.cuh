@@ -37,20 +37,6 @@ __host__ __device__ constexpr bool group_has_block(int g, int b) {
                          : (b >= 4 && b < 8);
 }
 
-// The CTA's Q tile (64 folded rows x 9 column blocks) by TMA, completing
-// q_full by its transaction bytes (one thread; p.q_tma: the map of
-// kernels/sm90/tma_host.h, encode_q_tmap, whose box is the 64 rows). Issued
-// before the first K page-table read, so that Q is not queued behind it.
-__device__ __forceinline__ void issue_q_tile(const KernelParams& p, const RequestTile& rt,
-                                             unsigned char* sQ, uint64_t* q_full) {
-  const int G = p.group;
-  const int head0 = G >= 64 ? rt.row0 % G : 0;
-  const int token0 = rt.q_start + rt.row0 / G;
-  mbar_arrive_expect_tx(q_full, 9 * kBlockBytes);
-#pragma unroll
-  for (int b = 0; b < 9; ++b) tma_load_block(sQ + b * kBlockBytes, p.q_tmap, q_full, b * kBlockCols, head0, token0);
-}
-
 // The producer warpgroup's work (wtid = 0..127), for every tile pair of the
 // CTA's range rt (whole pairs: a phantom tile B is zero-filled).
 template <class Shape, class Loader>

@@ -10,7 +10,9 @@
 //       row per thread), 64-column block by block; after each block it waits
 //       for its own copies, fences them into the async proxy and arrives on
 //       that block's mbarrier, so the consumers start on block 0 while the
-//       rest is in flight.
+//       rest is in flight. One of its threads first issues the Q tile by
+//       TMA where q's tensor map allows it (kernels/sm90/mla_consumer.cuh,
+//       issue_q_tile; else the consumers copy Q with cp.async).
 //   WG 1, WG 2 (consumers w = 0, 1; 232 registers): KV tiles go in pairs
 //       (tile 2i in stage 0, tile 2i + 1 in stage 1). Consumer w computes the
 //       64 x 64 scores of the pair's tile w, S = Q K^T (36 wgmma m64n64k16,
@@ -97,7 +99,7 @@ __device__ __forceinline__ void publish_tile(uint64_t (&bars)[9]) {
 }  // namespace sm90
 
 template <class Shape, typename DT, class Loader>
-__global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const KernelParams p) {
+__global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const __grid_constant__ KernelParams p) {
 #if VA_SM90A_BODY
   using namespace sm90;
   constexpr int M = Shape::kM, N = Shape::kN, DQK = Shape::kDqk, DV = Shape::kDv;
@@ -115,6 +117,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const Ker
   int64_t* s_rows = reinterpret_cast<int64_t*>(sSum + 2 * M);  // [2 halves][2][64] (kStagedRows)
   __shared__ __align__(8) uint64_t full_bar[2][KB];
   __shared__ __align__(8) uint64_t empty_bar[2];
+  __shared__ __align__(8) uint64_t q_full;  // p.q_tma: Q landed (transaction bytes)
   __shared__ int s_bad_kv;
   __shared__ RequestTile s_rt;  // re-read by the consumers after the role split
 
@@ -137,6 +140,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const Ker
       for (int c = 0; c < KB; ++c) mbar_init(&full_bar[s][c], 64);  // the stage's producer half
       mbar_init(&empty_bar[s], 8);  // lane 0 of the 8 consumer warps
     }
+    mbar_init(&q_full, 1);  // the producer thread issuing Q
     s_bad_kv = 0;
     s_rt = rt;
     mbar_init_fence();
@@ -188,6 +192,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const Ker
       int64_t off = 0;
       s_off[buf * N + (wtid & 63)] = row_offset(i, wtid & 63, &off) ? off : -1;
     };
+    if (p.q_tma && wtid == 0) issue_q_tile(p, rt, sQ, &q_full);  // before the first page reads
     if constexpr (Shape::kStagedRows) {
       if (half < n_loads) stage_rows(half, 0);
       named_barrier_sync(kBarProducer + half, 64);
@@ -256,7 +261,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const Ker
     const int warp = wtid >> 5, lane = wtid & 31;
     const int g = lane >> 2, t4 = lane & 3;
 
-    load_q_tile<DT>(sQ, p, rc, hk, ct, kBarConsumers);
+    acquire_q_tile<DT>(sQ, p, rc, hk, ct, kBarConsumers, &q_full);
 
     const RequestMask rmask{rc.kv_len, rc.prefix, p.mask_words, p.causal != 0};
     const int my_row[2] = {warp * 16 + g, warp * 16 + g + 8};

@@ -10,7 +10,7 @@ launch. Also: the plan's choice is pinned (page_size 16 takes the cp.async
 kernel), a page id out of range is flagged (KV_INDEX) and never read, and a
 padded cache (token stride wider than the row) is read through the tensor
 map's strides; the Q tile by TMA and by cp.async (VERIFY_ATTN_Q_TMA=0, or a head
-count the Q map cannot box) over several q layouts.
+count the Q map cannot box) over several q layouts, in both sm_90a kernels.
 """
 
 import random
@@ -152,14 +152,17 @@ def test_tma_padded_cache_strides():
 @pytest.mark.parametrize("q_tma", ["1", "0"], ids=["q_by_tma", "q_by_cp_async"])
 @pytest.mark.parametrize("layout", ["contiguous", "padded", "head_major"])
 @pytest.mark.parametrize("heads", [1, 16, 24, 128])
-def test_tma_q_tile_layouts(heads, layout, q_tma, monkeypatch):
-    """Q by TMA (a map of q whose box is a CTA's 64 folded rows) where the map can describe q --
-    heads dividing 64 or a multiple of 64 --, else (24 heads, or VERIFY_ATTN_Q_TMA=0) by cp.async:
-    the same results. q contiguous, a view of a wider row (head stride 640), or head-major
-    (token stride 576, head stride total_q * 576); ragged requests whose last row tile is
-    partial (the map's box then holds the next request's rows, or zeros past total_q)."""
+@pytest.mark.parametrize("page_size", [64, 1], ids=["page64", "page1"])
+def test_q_tile_layouts(page_size, heads, layout, q_tma, monkeypatch):
+    """Both sm_90a kernels (TMA K at page 64, cp.async K at page 1) take Q by TMA (a map of q
+    whose box is a CTA's 64 folded rows) where the map can describe q -- heads dividing 64 or a
+    multiple of 64 --, else (24 heads, or VERIFY_ATTN_Q_TMA=0) by cp.async: the same results.
+    q contiguous, a view of a wider row (head stride 640), or head-major (token stride 576,
+    head stride total_q * 576); ragged requests whose last row tile is partial (the map's box
+    then holds the next request's rows, or zeros past total_q)."""
     monkeypatch.setenv("VERIFY_ATTN_Q_TMA", q_tma)
-    a, mq, mkv = make(11 + heads, 64, q_lens=[5, 16, 3, 64], prefixes=[40, 700, 129, 1000], heads=heads)
+    a, mq, mkv = make(11 + heads, page_size, q_lens=[5, 16, 3, 64], prefixes=[40, 700, 129, 1000],
+                      heads=heads)
     q = a["q"]
     if layout == "padded":
         wide = torch.randn(q.shape[0], heads, 640, device=DEV).to(q.dtype)
@@ -170,7 +173,7 @@ def test_tma_q_tile_layouts(heads, layout, q_tma, monkeypatch):
         q = q.transpose(0, 1).contiguous().transpose(0, 1)
         assert q.stride(0) == 576
     a["q"] = q
-    assert plan_name(a, mq, mkv).endswith(TMA)
+    assert plan_name(a, mq, mkv).endswith(TMA if page_size == 64 else GATHER)
     out, lse = run(a, mq, mkv, 0)
     ro, rl = ref(a)
     assert torch.isfinite(out).all() and torch.isfinite(lse).all()
