@@ -34,8 +34,8 @@ struct RequestMask {
   }
 
   // Rows past the request (valid == false) see every existing column: their
-  // Q rows are zero-filled and their results are never stored, so this only
-  // keeps their arithmetic finite and avoids reading mask words for them.
+  // Q rows are zero-filled (or, Q by TMA, the next request's rows) and their
+  // results are never stored, so this only avoids reading mask words for them.
   __device__ __forceinline__ bool visible(const RowMask& r, int j) const {
     if (j >= kv_len) return false;
     if (j < prefix || !r.valid) return true;
@@ -46,6 +46,35 @@ struct RequestMask {
     return (__ldg(r.words + w) >> (c & 31)) & 1u;
   }
 };
+
+// TREE: the highest draft column c (< q_len) that a row of the folded rows
+// [row0, min(row0 + M, R)) sees, -1 if none (`group` folded rows per token;
+// token t's mask words start at tree_mask + (q_start + t) * mask_words): the
+// tile's KV range can end at prefix + c + 1 (past it every score of the tile
+// is masked, so the tiles there would add exact zeros; kernels/core/request.cuh). Warp-cooperative (every lane of the warp calls
+// it, all warps alike; the result is warp-uniform): the rows' tokens x mask
+// words are spread over the lanes, four loads in flight per lane.
+__device__ __forceinline__ int tree_last_visible_draft(const uint32_t* tree_mask, int mask_words,
+                                                       int group, int q_start, int q_len, int row0,
+                                                       int M, int R) {
+  const int t0 = row0 / group;
+  const int t1 = ((row0 + M < R ? row0 + M : R) - 1) / group;
+  const int q_words = (q_len + 31) >> 5;
+  const int words = q_words < mask_words ? q_words : mask_words;  // visible(): w < mask_words
+  const int n = (t1 - t0 + 1) * words;
+  const int lane = threadIdx.x & 31;
+  int best = -1;
+#pragma unroll 4
+  for (int i = lane; i < n; i += 32) {
+    const int tok = t0 + i / words, w = i - (i / words) * words;
+    uint32_t x = __ldg(tree_mask + static_cast<int64_t>(q_start + tok) * mask_words + w);
+    if (w == q_words - 1 && (q_len & 31) != 0) x &= (1u << (q_len & 31)) - 1u;  // c < q_len only
+    if (x != 0u) best = max(best, 32 * w + 31 - __clz(x));
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) best = max(best, __shfl_xor_sync(0xffffffffu, best, o));
+  return best;
+}
 
 }  // namespace verify_attn
 

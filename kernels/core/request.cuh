@@ -7,6 +7,7 @@
 #define VERIFY_ATTN_CORE_REQUEST_CUH_
 
 #include "kernels/core/errors.cuh"
+#include "kernels/core/mask.cuh"
 #include "kernels/core/types.cuh"
 #include "kernels/launch.h"
 #include "kernels/loaders/tile_copy.cuh"
@@ -28,33 +29,6 @@ struct RequestTile {
 enum RequestStatus { kRequestRun = 0, kRequestSkip = 1, kRequestNanRows = 2 };
 
 constexpr int kMaxKvLen = 0x7fffffff;  // kv lengths are int32 (kernels/verify_attn.h)
-
-// TREE: the highest draft column c (< q_len) that a row of the folded rows
-// [row0, min(row0 + M, R)) sees, -1 if none: the tile's KV range can end at
-// prefix + c + 1 (past it every score of the tile is masked, so the tiles
-// there would add exact zeros). Warp-cooperative (every lane of the warp calls
-// it, all warps alike; the result is warp-uniform): the rows' tokens x mask
-// words are spread over the lanes, four loads in flight per lane.
-__device__ __forceinline__ int tree_last_visible_draft(const KernelParams& p, int q_start, int q_len,
-                                                       int row0, int M, int R) {
-  const int t0 = row0 / p.group;
-  const int t1 = ((row0 + M < R ? row0 + M : R) - 1) / p.group;
-  const int q_words = (q_len + 31) >> 5;
-  const int words = q_words < p.mask_words ? q_words : p.mask_words;  // visible(): w < mask_words
-  const int n = (t1 - t0 + 1) * words;
-  const int lane = threadIdx.x & 31;
-  int best = -1;
-#pragma unroll 4
-  for (int i = lane; i < n; i += 32) {
-    const int tok = t0 + i / words, w = i - (i / words) * words;
-    uint32_t x = __ldg(p.tree_mask + static_cast<int64_t>(q_start + tok) * p.mask_words + w);
-    if (w == q_words - 1 && (q_len & 31) != 0) x &= (1u << (q_len & 31)) - 1u;  // c < q_len only
-    if (x != 0u) best = max(best, 32 * w + 31 - __clz(x));
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) best = max(best, __shfl_xor_sync(0xffffffffu, best, o));
-  return best;
-}
 
 // M folded rows per CTA, N KV rows per tile. The grid is
 // (request * Hkv + kv head, row tile, split).
@@ -108,7 +82,8 @@ __device__ __forceinline__ int request_tile(const KernelParams& p, const Loader&
   // trees in topological order: the tile's last token). Below that the scan
   // (about one load latency in the prologue) costs more than it can save.
   if (!p.causal && p.tree_mask != nullptr && t->q_len > 2 * N) {
-    const int c = tree_last_visible_draft(p, t->q_start, t->q_len, t->row0, M, t->R);
+    const int c = tree_last_visible_draft(p.tree_mask, p.mask_words, p.group, t->q_start, t->q_len,
+                                          t->row0, M, t->R);
     int kv_end = t->prefix + c + 1;
     if (kv_end < 1) kv_end = 1;  // at least one (masked) tile, as before: never an empty range
     if (kv_end > t->kv_len) kv_end = t->kv_len;
