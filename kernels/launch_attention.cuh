@@ -109,7 +109,8 @@ va_status launch_one(const KernelParams& kp, const Plan& plan, int dtype, void* 
       // The sm_90a cp.async kernel (page_size 1, flat caches): Q by TMA where
       // its map can describe q (kernels/sm90/tma_host.h), K by cp.async.
       KernelParams kp_q = kp;
-      encode_q_tmap(&kp_q, dtype);
+      const va_status qs = encode_q_tmap_checked(&kp_q, dtype);
+      if (qs != VA_OK) return qs;
       return launch_kernel<Shape, DT, Loader>(kp_q, plan, dtype, stream);
     } else {
       return launch_kernel<Shape, DT, Loader>(kp, plan, dtype, stream);
@@ -126,7 +127,8 @@ va_status launch_one(const KernelParams& kp, const Plan& plan, int dtype, void* 
     if (encode_k_tmap(&kp_tma, dtype) != VA_OK)
       return launch_config<kCfgMlaWgmmaM64N64PR, Loader>(kp, plan, dtype, stream);
     // Q by TMA too where its map can describe q (else the consumers copy it).
-    encode_q_tmap(&kp_tma, dtype);
+    const va_status qs = encode_q_tmap_checked(&kp_tma, dtype);
+    if (qs != VA_OK) return qs;
     return launch_kernel<Shape, DT, Loader>(kp_tma, plan, dtype, stream);
   }
 }

@@ -16,13 +16,12 @@
 namespace verify_attn {
 namespace {
 
+// Both sm_90a MLA kernels work in whole tile pairs (an odd last tile is a
+// zero-filled, masked phantom: mla_wgmma_kernel's n_loads, mla_seesaw_kernel's
+// n_pairs); the portable kernels tile by tile.
 template <class S>
 constexpr int tile_granule() {
-  if constexpr (S::kWgmma) {
-    return S::kSeesawTma ? 2 : 1;  // the TMA kernel works in tile pairs
-  } else {
-    return 1;
-  }
+  return S::kWgmma ? 2 : 1;
 }
 
 template <int ID>
@@ -138,8 +137,8 @@ va_status query_device(DeviceInfo* info) {
 int choose_splits(int64_t base_ctas, int64_t kv_tiles, int num_sms, int ctas_per_sm,
                   int tile_granule) {
   // Cost of one CTA in KV tiles: its share of the tiles, rounded up to the
-  // kernel's granule (the TMA kernel works in tile pairs: an odd share's last
-  // pair costs a whole one), plus a fixed part (Q tile load, prologue,
+  // kernel's granule (the sm_90a kernels work in tile pairs: an odd share's
+  // last pair costs a whole one), plus a fixed part (Q tile load, prologue,
   // epilogue), about 6 tiles (H200: B1 H16 T64 L32k ran 845 us with 17 splits
   // = 2.06 waves, 627 us with 8 = 0.97 waves, 635 us with 33, 679 us with 66).
   // Each split adds its partial rows to write and merge: about a third of a

@@ -186,7 +186,7 @@ struct ConfigDesc {
   int min_blocks;  // CTAs per SM the kernel is compiled to fit (TileShape::kMinBlocks)
   int only_arch;   // 0: any built arch; else the one sm_XY (XY) it runs on (wgmma: 90)
   bool wgmma;      // the sm_90a warpgroup-MMA path (plan name "wgmma_..." instead of "mma_sync_...")
-  int tile_granule;  // KV tiles a CTA takes at a time (2: the TMA kernel's tile pairs), for choose_splits
+  int tile_granule;  // KV tiles a CTA takes at a time (2: the sm_90a kernels' tile pairs), for choose_splits
 };
 const ConfigDesc& config_desc(ConfigId id);
 
@@ -255,7 +255,7 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan);
 
 // Split-K count for `base_ctas` CTAs (requests x KV heads x row tiles) over a
 // row tile's `kv_tiles` KV tiles, `ctas_per_sm` resident per SM, the kernel
-// taking its tiles `tile_granule` at a time (2: the TMA kernel's tile pairs):
+// taking its tiles `tile_granule` at a time (2: the sm_90a kernels' tile pairs):
 // the count that minimises (waves of CTAs) x (tiles per CTA, rounded up to the
 // granule, + fixed cost per CTA) + a merge cost per split, so a split that
 // leaves a partial last wave is not taken (wave quantisation).

@@ -36,6 +36,7 @@ namespace sm90 {
 // the next request's (zeros past total_q): masked, never written.
 __device__ __forceinline__ void issue_q_tile(const KernelParams& p, const RequestTile& rt,
                                              unsigned char* sQ, uint64_t* q_full) {
+  // KV head 0's heads only: the host encodes the map for num_kv_heads == 1 (MLA).
   const int G = p.group;
   const int head0 = G >= 64 ? rt.row0 % G : 0;
   const int token0 = rt.q_start + rt.row0 / G;

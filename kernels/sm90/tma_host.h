@@ -117,6 +117,20 @@ inline bool encode_q_tmap(KernelParams* kp, int dtype) {
   return true;
 }
 
+// VERIFY_ATTN_REQUIRE_Q_TMA=1 (tests): a launch of an sm_90a MLA kernel whose
+// q the Q map cannot describe fails (VA_ERR_UNSUPPORTED) instead of copying Q
+// with cp.async, so a test can tell that the TMA path ran.
+inline va_status encode_q_tmap_checked(KernelParams* kp, int dtype) {
+  if (encode_q_tmap(kp, dtype)) return VA_OK;
+  const char* env = std::getenv("VERIFY_ATTN_REQUIRE_Q_TMA");
+  if (env == nullptr || env[0] != '1') return VA_OK;
+  return va_fail(VA_ERR_UNSUPPORTED,
+                 "q: VERIFY_ATTN_REQUIRE_Q_TMA=1 but the Q tensor map cannot describe q (%d heads "
+                 "per KV head, %d KV heads, strides %lld / %lld elements)",
+                 kp->group, kp->num_kv_heads, static_cast<long long>(kp->q_stride_token),
+                 static_cast<long long>(kp->q_stride_head));
+}
+
 }  // namespace verify_attn
 
 #endif  // VERIFY_ATTN_SM90_TMA_HOST_H_

@@ -156,7 +156,8 @@ def test_tma_padded_cache_strides():
 def test_q_tile_layouts(page_size, heads, layout, q_tma, monkeypatch):
     """Both sm_90a kernels (TMA K at page 64, cp.async K at page 1) take Q by TMA (a map of q
     whose box is a CTA's 64 folded rows) where the map can describe q -- heads dividing 64 or a
-    multiple of 64 --, else (24 heads, or VERIFY_ATTN_Q_TMA=0) by cp.async: the same results.
+    multiple of 64 --, else (24 heads, or VERIFY_ATTN_Q_TMA=0) by cp.async: the same results;
+    which path ran is pinned with VERIFY_ATTN_REQUIRE_Q_TMA=1.
     q contiguous, a view of a wider row (head stride 640), or head-major (token stride 576,
     head stride total_q * 576); ragged requests whose last row tile is partial (the map's box
     then holds the next request's rows, or zeros past total_q)."""
@@ -174,6 +175,15 @@ def test_q_tile_layouts(page_size, heads, layout, q_tma, monkeypatch):
         assert q.stride(0) == 576
     a["q"] = q
     assert plan_name(a, mq, mkv).endswith(TMA if page_size == 64 else GATHER)
+    # Which Q path runs: VERIFY_ATTN_REQUIRE_Q_TMA=1 makes a launch whose q the map cannot
+    # describe fail instead of falling back to cp.async.
+    monkeypatch.setenv("VERIFY_ATTN_REQUIRE_Q_TMA", "1")
+    if q_tma == "1" and heads != 24:
+        run(a, mq, mkv, 0)  # the Q map was encoded: the TMA path ran
+    else:
+        with pytest.raises(NotImplementedError, match="VERIFY_ATTN_REQUIRE_Q_TMA"):
+            run(a, mq, mkv, 0)
+    monkeypatch.delenv("VERIFY_ATTN_REQUIRE_Q_TMA")
     out, lse = run(a, mq, mkv, 0)
     ro, rl = ref(a)
     assert torch.isfinite(out).all() and torch.isfinite(lse).all()
