@@ -46,6 +46,22 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encode;
 }
 
+// A 3-D map of 16-bit elements (dims and byte strides of dims 1, 2 as the
+// driver takes them) with the layout both maps share: 128-byte swizzle (the
+// shared-memory layout of kernels/sm90/swizzle.cuh), L2 promotion of 256
+// bytes, zeros outside the tensor. `encode` from tensor_map_encoder().
+inline CUresult encode_map_3d(PFN_cuTensorMapEncodeTiled_v12000 encode, CUtensorMap* map,
+                              const void* base, int dtype, const cuuint64_t (&dims)[3],
+                              const cuuint64_t (&strides)[2], const cuuint32_t (&box)[3]) {
+  const cuuint32_t elem[3] = {1, 1, 1};
+  return encode(map,
+                dtype == VA_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                       : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                3, const_cast<void*>(base), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+}
+
 inline va_status encode_k_tmap(KernelParams* kp, int dtype) {
   if (kp->page_size <= 0 || kp->page_size % 64 != 0 || kp->num_pages <= 0)
     return va_fail(VA_ERR_UNSUPPORTED,
@@ -60,12 +76,8 @@ inline va_status encode_k_tmap(KernelParams* kp, int dtype) {
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(kp->k_stride_token) * 2,
                                  static_cast<cuuint64_t>(kp->k_stride_page) * 2};
   const cuuint32_t box[3] = {64, 64, 1};
-  const cuuint32_t elem[3] = {1, 1, 1};
   CUtensorMap map;
-  const CUresult r = encode(
-      &map, dtype == VA_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-      3, const_cast<void*>(kp->k), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = encode_map_3d(encode, &map, kp->k, dtype, dims, strides, box);
   if (r != CUDA_SUCCESS)
     return va_fail(VA_ERR_INVALID_STRIDE,
                    "k: cuTensorMapEncodeTiled refused the K cache (CUresult %d; strides %lld / %lld "
@@ -105,12 +117,8 @@ inline bool encode_q_tmap(KernelParams* kp, int dtype) {
                                  static_cast<cuuint64_t>(kp->q_stride_token) * 2};
   const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(G < 64 ? G : 64),
                              static_cast<cuuint32_t>(G < 64 ? 64 / G : 1)};
-  const cuuint32_t elem[3] = {1, 1, 1};
   CUtensorMap map;
-  const CUresult r = encode(
-      &map, dtype == VA_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-      3, const_cast<void*>(kp->q), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = encode_map_3d(encode, &map, kp->q, dtype, dims, strides, box);
   if (r != CUDA_SUCCESS) return false;
   std::memcpy(kp->q_tmap, &map, sizeof(map));
   kp->q_tma = 1;
