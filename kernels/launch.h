@@ -65,9 +65,9 @@ struct KernelParams {
   // cache (kernels/sm90/tma_host.h), read by the kernel through its
   // __grid_constant__ parameter; unused (uninitialised) otherwise.
   alignas(64) unsigned char k_tmap[128];
-  // The same kernel's Q tile by TMA (kernels/sm90/tma_host.h, encode_q_tmap):
-  // q_tma = 1 when q_tmap holds the map of q, else 0 (its consumers then copy
-  // Q with cp.async).
+  // Both sm_90a MLA kernels' Q tile by TMA (kernels/sm90/tma_host.h,
+  // encode_q_tmap): q_tma = 1 when q_tmap holds the map of q, else 0 (the
+  // consumers then copy Q with cp.async; every other kernel ignores both).
   int32_t q_tma;
   alignas(64) unsigned char q_tmap[128];
 };

@@ -160,7 +160,8 @@ int choose_splits(int64_t base_ctas, int64_t kv_tiles, int num_sms, int ctas_per
     const int64_t waves = (base_ctas * s + slots - 1) / slots;
     const int64_t share = ((kv_tiles + s - 1) / s + granule - 1) / granule * granule;
     const double per_cta = static_cast<double>(share) + kFixedTiles;
-    const double cost = static_cast<double>(waves) * per_cta + kMergeTilesPerSplit * static_cast<double>(s);
+    const double cost =
+        static_cast<double>(waves) * per_cta + kMergeTilesPerSplit * static_cast<double>(s);
     if (s == 1 || cost < best_cost * 0.98) {  // a split must win by 2% to be taken
       best = static_cast<int>(s);
       best_cost = cost;

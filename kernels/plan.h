@@ -186,7 +186,7 @@ struct ConfigDesc {
   int min_blocks;  // CTAs per SM the kernel is compiled to fit (TileShape::kMinBlocks)
   int only_arch;   // 0: any built arch; else the one sm_XY (XY) it runs on (wgmma: 90)
   bool wgmma;      // the sm_90a warpgroup-MMA path (plan name "wgmma_..." instead of "mma_sync_...")
-  int tile_granule;  // KV tiles a CTA takes at a time (2: the sm_90a kernels' tile pairs), for choose_splits
+  int tile_granule;  // KV tiles a CTA takes at a time, for choose_splits (2: sm_90a tile pairs)
 };
 const ConfigDesc& config_desc(ConfigId id);
 

@@ -51,9 +51,10 @@ struct RequestMask {
 // [row0, min(row0 + M, R)) sees, -1 if none (`group` folded rows per token;
 // token t's mask words start at tree_mask + (q_start + t) * mask_words): the
 // tile's KV range can end at prefix + c + 1 (past it every score of the tile
-// is masked, so the tiles there would add exact zeros; kernels/core/request.cuh). Warp-cooperative (every lane of the warp calls
-// it, all warps alike; the result is warp-uniform): the rows' tokens x mask
-// words are spread over the lanes, four loads in flight per lane.
+// is masked, so the tiles there would add exact zeros; kernels/core/request.cuh).
+// Warp-cooperative (every lane of the warp calls it, all warps alike; the
+// result is warp-uniform): the rows' tokens x mask words are spread over the
+// lanes, four loads in flight per lane.
 __device__ __forceinline__ int tree_last_visible_draft(const uint32_t* tree_mask, int mask_words,
                                                        int group, int q_start, int q_len, int row0,
                                                        int M, int R) {

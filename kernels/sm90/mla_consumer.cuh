@@ -1,8 +1,9 @@
 // The pieces both sm_90a MLA kernels' consumer warpgroups share
 // (kernels/sm90/mla_wgmma_kernel.cuh, kernels/sm90/mla_seesaw_kernel.cuh):
-// the Q tile into shared memory (by TMA or cp.async), the scores' wgmmas block by block as the
-// blocks land, the mask and row maxima, the O rescale, and the epilogue (row sums over both consumers, output rows or
-// split-K workspace rows).
+// the Q tile into shared memory (by TMA or cp.async), the scores' wgmmas block
+// by block as the blocks land, the mask and row maxima, the O rescale, and the
+// epilogue (row sums over both consumers, output rows or split-K workspace
+// rows).
 //
 // Fragment layout (kernels/sm90/wgmma.cuh): thread (warp, g = lane / 4,
 // t4 = lane % 4) of a consumer holds rows my_row = {16 warp + g, + 8} of the

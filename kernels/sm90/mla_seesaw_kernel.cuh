@@ -41,7 +41,8 @@
 //       refill as each of the two completes.
 //   C0: waits SCALE1; stores P_A 2^(m0 - m1) over K_A's block 8 [PA];
 //       releases stage 0 blocks 0-3 (free since its P V; releasing them
-//       right after it measured slower: BENCHMARKS, `_a0e`); O_L *= 2^(m0 - m1); waits
+//       right after it measured slower: BENCHMARKS, `_a0e`);
+//       O_L *= 2^(m0 - m1); waits
 //       PB and ISSUED (so C1's P_A V_A[:, R], whose completion frees what
 //       C0's next scores wait for last, runs first);
 //       O_L += P_B V_B[:, L]; next scores on blocks 0-3; releases stage 1

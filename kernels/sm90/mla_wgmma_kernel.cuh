@@ -99,7 +99,8 @@ __device__ __forceinline__ void publish_tile(uint64_t (&bars)[9]) {
 }  // namespace sm90
 
 template <class Shape, typename DT, class Loader>
-__global__ void __launch_bounds__(Shape::kThreads, 1) mla_wgmma_kernel(const __grid_constant__ KernelParams p) {
+__global__ void __launch_bounds__(Shape::kThreads, 1)
+    mla_wgmma_kernel(const __grid_constant__ KernelParams p) {
 #if VA_SM90A_BODY
   using namespace sm90;
   constexpr int M = Shape::kM, N = Shape::kN, DQK = Shape::kDqk, DV = Shape::kDv;

@@ -264,7 +264,8 @@ int main() {
   CHECK(va::choose_splits(1, 3, 132, 1) == 1, "too few tiles to split");
   // The TMA kernel's tile pairs (granule 2) and the merge cost per split
   // (H200, session 9: 28.7 / 29.9 us with 11 / 13 splits on B1 H16 T16 L4k).
-  CHECK(va::choose_splits(4, 65, 132, 1, 2) == 11, "B1 H16 T16 L4k: 11 splits of 3 pairs, not 13 of 2.5");
+  CHECK(va::choose_splits(4, 65, 132, 1, 2) == 11,
+        "B1 H16 T16 L4k: 11 splits of 3 pairs, not 13 of 2.5");
   CHECK(va::choose_splits(8, 65, 132, 1, 2) == 11, "B1 H16 T32 L4k: 11 splits");
   CHECK(va::choose_splits(16, 513, 132, 1, 2) == 8, "B1 H16 T64 L32k on the TMA kernel: 8 splits");
   CHECK(va::choose_splits(64, 129, 132, 1, 2) == 2, "B1 H128 T32 L8k: 2 splits");
