@@ -124,6 +124,45 @@ __device__ __forceinline__ void mask_scores(float (&s)[32], const KernelParams& 
   mx[1] = quad_max(mx[1]) * p.scale_log2;
 }
 
+// Q's block 8 (the rope columns 512..575 of the CTA's 64 rows) as wgmma A
+// fragments, for the scores' last block: with A from registers the tensor
+// cores read only K from shared memory there (what FlashMLA's sm_90 kernel
+// does with the same block; H200: 2-4% off the compute-bound rows, BENCHMARKS
+// session 10). q_rope[4 kk + e] for k16 step kk: row 16 warp + g (e even) or
+// + 8 (e odd), columns 16 kk + 8 (e / 2) + 2 t4, + 1 (wgmma's A layout).
+__device__ __forceinline__ void load_q_rope(const unsigned char* sQ, int warp, int g, int t4,
+                                            uint32_t (&q_rope)[16]) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = warp * 16 + g + 8 * (e & 1);
+      const int chunk = 8 * kChunksPerBlockRow + 2 * kk + (e >> 1);
+      q_rope[4 * kk + e] =
+          *reinterpret_cast<const uint32_t*>(sQ + swizzled_chunk_offset(row, chunk) + 4 * t4);
+    }
+}
+
+// The 4 wgmmas (k16 steps) of the scores over K block b (step 0 zeroes the
+// accumulators when `first`): Q from shared memory, block 8's from q_rope.
+template <typename DT>
+__device__ __forceinline__ void issue_scores_block(float (&s)[32], uint32_t q_addr,
+                                                   const uint32_t (&q_rope)[16], uint32_t k_addr,
+                                                   int b, bool first) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint64_t dk = desc_kmajor(k_addr, b * kBlockBytes, kk);
+    const int acc = (!first || kk != 0) ? 1 : 0;
+    if (b == 8) {
+      const uint32_t a[4] = {q_rope[4 * kk], q_rope[4 * kk + 1], q_rope[4 * kk + 2],
+                             q_rope[4 * kk + 3]};
+      mma_m64n64k16_rs<DT>(s, a, dk, acc);
+    } else {
+      mma_m64n64k16_ss<DT>(s, desc_kmajor(q_addr, b * kBlockBytes, kk), dk, acc);
+    }
+  }
+}
+
 // Scores of this consumer's tile, blocks order[B0 .. B1) (one wgmma group per
 // block, each issued as soon as its block has landed; `wait` = false skips the
 // barrier waits, for a discarded pass over blocks nobody refills). Leaves them
@@ -131,22 +170,56 @@ __device__ __forceinline__ void mask_scores(float (&s)[32], const KernelParams& 
 // opened by an explicit fence after its wait (else ptxas inserts one in the
 // wait loop and serializes every wgmma, C7520). The blocks must be in the
 // async proxy when their barrier completes: TMA writes are; cp.async copies
-// are fenced by the producer before it arrives.
-template <typename DT, int B0, int B1>
+// are fenced by the producer before it arrives. kSuspend: each wait's try
+// suspends the threads up to 20 us (mbar_wait_hint) instead of the hardware's
+// default limit (TMA kernel; H200: B16 / B4 -1%, the rest within noise).
+template <typename DT, int B0, int B1, bool kSuspend = false>
 __device__ __forceinline__ void issue_scores(float (&s)[32], uint64_t (&full)[9], uint32_t parity,
-                                             bool wait, uint32_t q_addr, uint32_t k_addr,
+                                             bool wait, uint32_t q_addr,
+                                             const uint32_t (&q_rope)[16], uint32_t k_addr,
                                              const int (&order)[9]) {
 #pragma unroll
   for (int n = B0; n < B1; ++n) {
     const int b = order[n];
-    if (wait) mbar_wait(&full[b], parity);
+    if (wait) {
+      if constexpr (kSuspend) {
+        mbar_wait_hint(&full[b], parity, 20000u);
+      } else {
+        mbar_wait(&full[b], parity);
+      }
+    }
     fence_regs(s);
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      mma_m64n64k16_ss<DT>(s, desc_kmajor(q_addr, b * kBlockBytes, kk),
-                           desc_kmajor(k_addr, b * kBlockBytes, kk), (n | kk) != 0);
+    issue_scores_block<DT>(s, q_addr, q_rope, k_addr, b, n == 0);
     wgmma_commit();
+  }
+}
+
+// Stores P (fragment s, the m64n64 accumulator layout, scaled by `scale` per
+// row) as a K-major swizzled 64 x 64 A operand at `dst` (a tile's block 8),
+// by stmatrix: four 8 x 8 matrices per instruction (rows 0-7 / 8-15 of the
+// warp's 16 x chunks i, i + 1; lane L gives row L % 8 of matrix L / 8; the
+// fragment of an 8 x 8 matrix is the mma C layout, row lane / 4, columns
+// 2 (lane % 4), + 1), 4 instructions where 16 32-bit stores were.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                            uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+template <typename DT>
+__device__ __forceinline__ void store_p(unsigned char* dst, const float (&s)[32],
+                                        const float (&scale)[2], int warp, int lane) {
+  const int j = lane >> 3;
+  const int row = warp * 16 + (j & 1) * 8 + (lane & 7);
+  const uint32_t base = smem_addr(dst);
+#pragma unroll
+  for (int i = 0; i < 8; i += 2) {
+    stmatrix_x4(base + swizzled_chunk_offset(row, i + (j >> 1)),
+                DTypeTraits<DT>::pack(s[4 * i] * scale[0], s[4 * i + 1] * scale[0]),
+                DTypeTraits<DT>::pack(s[4 * i + 2] * scale[1], s[4 * i + 3] * scale[1]),
+                DTypeTraits<DT>::pack(s[4 * i + 4] * scale[0], s[4 * i + 5] * scale[0]),
+                DTypeTraits<DT>::pack(s[4 * i + 6] * scale[1], s[4 * i + 7] * scale[1]));
   }
 }
 

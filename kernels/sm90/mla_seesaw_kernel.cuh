@@ -29,6 +29,11 @@
 // mbarrier that completes on its transaction bytes, so scores start on a block
 // as soon as it lands. The tensor maps are encoded per launch on the host
 // (kernels/sm90/tma_host.h) and read through the __grid_constant__ parameter.
+// Shared-memory traffic costs time here (S's m64n64 wgmmas read both operands
+// from it while the copies write it; H200, BENCHMARKS session 10: fewer reads
+// ran faster, more ran slower): each consumer keeps Q's block 8 in registers
+// (its scores' A operand there) and stores P by stmatrix
+// (kernels/sm90/mla_consumer.cuh).
 //
 // Per pair, with m the running row max shared in shared memory (sM):
 //   C0: S_A -> m0 = max(m, rowmax S_A), P_A = exp2(S_A - m0), O_L *= 2^(m - m0),
@@ -140,20 +145,6 @@ __device__ __forceinline__ void publish_max(float* sM, float* sScale, const int 
   named_barrier_arrive(bar, 256);
 }
 
-// Stores P (scaled by `scale` per row) as a K-major swizzled 64 x 64 A operand
-// at `dst` (a tile's block 8).
-template <typename DT>
-__device__ __forceinline__ void store_p(unsigned char* dst, const float (&s)[32],
-                                        const float (&scale)[2], const int (&my_row)[2], int t4) {
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      *reinterpret_cast<uint32_t*>(dst + swizzled_chunk_offset(my_row[h], i) + 4 * t4) =
-          DTypeTraits<DT>::pack(s[i * 4 + 2 * h] * scale[h], s[i * 4 + 2 * h + 1] * scale[h]);
-  }
-}
-
 // A tile copied by TMA brings whole page rows, also the rows past
 // the request's kv_len (whatever the cache holds there). Their scores are
 // masked (P = 0), but 0 x NaN is NaN: zero rows [rows_valid, 64) of the value
@@ -258,6 +249,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   const int g = lane >> 2, t4 = lane & 3;
 
   acquire_q_tile<DT>(sQ, p, rc, hk, ct, kBarConsumers, &q_full);
+  uint32_t q_rope[16];  // Q's block 8, the scores' A operand there
+  load_q_rope(sQ, warp, g, t4, q_rope);
 
   const RequestMask rmask{rc.kv_len, rc.prefix, p.mask_words, p.causal != 0};
   const int my_row[2] = {warp * 16 + g, warp * 16 + g + 8};
@@ -298,7 +291,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     // released after the P_A store), so nothing is in flight across the back
     // edge (else ptxas serializes every wgmma, C7514).
     if (n_pairs > 0) {
-      issue_scores<DT, 0, 9>(s, full_bar[0], 0, true, q_addr, kA, kOrder);
+      issue_scores<DT, 0, 9, true>(s, full_bar[0], 0, true, q_addr, q_rope, kA, kOrder);
       wgmma_wait<0>();
       fence_regs(s);
     }
@@ -336,7 +329,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
         m_run[h] = sM[my_row[h]];
         l[h] *= scale1[h];
       }
-      store_p<DT>(pA, s, scale1, my_row, t4);
+      store_p<DT>(pA, s, scale1, warp, lane);
       fence_proxy_async();  // P_A stores -> C1's wgmma
       named_barrier_arrive(kBarPA, 256);
       // Blocks 0-3 of K_A are free since P_A V_A[:, L]; released only now
@@ -358,10 +351,10 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       wgmma_commit();
       // Next scores, blocks 0-3, while P_B V_B[:, L] runs; then K_B's blocks
       // 0-3 and 8 are free; then blocks 4-8 (released by C1 after its P V).
-      issue_scores<DT, 0, 4>(s, full_bar[0], par ^ 1, more, q_addr, kA, kOrder);
+      issue_scores<DT, 0, 4, true>(s, full_bar[0], par ^ 1, more, q_addr, q_rope, kA, kOrder);
       wgmma_wait<4>();
       if (more) release(kGroupB0);
-      issue_scores<DT, 4, 9>(s, full_bar[0], par ^ 1, more, q_addr, kA, kOrder);
+      issue_scores<DT, 4, 9, true>(s, full_bar[0], par ^ 1, more, q_addr, q_rope, kA, kOrder);
       wgmma_wait<0>();
       fence_regs(s);
       fence_regs(o);
@@ -373,7 +366,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     constexpr int kOrder[9] = {4, 5, 6, 7, 0, 1, 2, 3, 8};
     for (int pair = 0; pair < n_pairs; ++pair) {
       const uint32_t par = pair & 1;
-      issue_scores<DT, 0, 9>(s, full_bar[1], par, true, q_addr, kB, kOrder);
+      issue_scores<DT, 0, 9, true>(s, full_bar[1], par, true, q_addr, q_rope, kB, kOrder);
       wgmma_wait<0>();
       fence_regs(s);
       fence_regs(o);
@@ -392,7 +385,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       publish_max(sM, sScale1, my_row, t4, m_run, mx, kBarScale1);
       exp_scores<DT>(s, p.scale_log2, base, pa, l, f);
       const float one[2] = {1.f, 1.f};
-      store_p<DT>(pB, s, one, my_row, t4);
+      store_p<DT>(pB, s, one, warp, lane);
       fence_proxy_async();  // P_B stores -> C0's wgmma
       named_barrier_arrive(kBarPB, 256);
       scale_o(o, f);

@@ -16,11 +16,13 @@
 //   WG 1, WG 2 (consumers w = 0, 1; 232 registers): KV tiles go in pairs
 //       (tile 2i in stage 0, tile 2i + 1 in stage 1). Consumer w computes the
 //       64 x 64 scores of the pair's tile w, S = Q K^T (36 wgmma m64n64k16,
-//       both operands in shared memory), masks
+//       K from shared memory, Q too but for its block 8, which each consumer
+//       holds in registers: kernels/sm90/mla_consumer.cuh, load_q_rope), masks
 //       the draft columns from the compact tree bits (kernels/core/mask.cuh),
 //       and the two exchange their row maxima (shared memory, named barrier)
-//       so both use one running max. Each writes its P (bf16/fp16) over the
-//       no longer needed columns 512..575 of its own tile, and each
+//       so both use one running max. Each writes its P (bf16/fp16, by
+//       stmatrix) over the no longer needed columns 512..575 of its own
+//       tile, and each
 //       accumulates its half of the output, O[:, 256 w .. 256 w + 256) +=
 //       P_even V_even + P_odd V_odd (wgmma m64n256k16, V read transposed from
 //       the K tile). A stage is handed back to the producer as soon as both
@@ -263,6 +265,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     const int g = lane >> 2, t4 = lane & 3;
 
     acquire_q_tile<DT>(sQ, p, rc, hk, ct, kBarConsumers, &q_full);
+    uint32_t q_rope[16];  // Q's block 8, the scores' A operand there
+    load_q_rope(sQ, warp, g, t4, q_rope);
 
     const RequestMask rmask{rc.kv_len, rc.prefix, p.mask_words, p.causal != 0};
     const int my_row[2] = {warp * 16 + g, warp * 16 + g + 8};
@@ -291,7 +295,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       if constexpr (Shape::kPipelinedS) {
         // Block by block as they land (kernels/sm90/mla_consumer.cuh).
         constexpr int kOrder[9] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
-        issue_scores<DT, 0, KB>(s, full_bar[w], parity, true, q_addr, kt, kOrder);
+        issue_scores<DT, 0, KB>(s, full_bar[w], parity, true, q_addr, q_rope, kt, kOrder);
       } else {
         // The whole tile first, then one group of 36 wgmmas.
 #pragma unroll 1
@@ -299,12 +303,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
         fence_regs(s);
         wgmma_fence();
 #pragma unroll
-        for (int b = 0; b < KB; ++b) {
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk)
-            mma_m64n64k16_ss<DT>(s, desc_kmajor(q_addr, b * kBlockBytes, kk),
-                                 desc_kmajor(kt, b * kBlockBytes, kk), (b | kk) != 0);
-        }
+        for (int b = 0; b < KB; ++b) issue_scores_block<DT>(s, q_addr, q_rope, kt, b, b == 0);
         wgmma_commit();
       }
       wgmma_wait<0>();
@@ -333,18 +332,13 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       // only after both consumers' P V on it ----
       unsigned char* my_p = sK + w * Shape::kKTileBytes + kPBlock * kBlockBytes;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {  // n8 block i: columns 8 i + 2 t4, + 1
-        const float p0 = fast_exp2(fmaf(s[i * 4 + 0], p.scale_log2, -base[0]));
-        const float p1 = fast_exp2(fmaf(s[i * 4 + 1], p.scale_log2, -base[0]));
-        const float p2 = fast_exp2(fmaf(s[i * 4 + 2], p.scale_log2, -base[1]));
-        const float p3 = fast_exp2(fmaf(s[i * 4 + 3], p.scale_log2, -base[1]));
-        sm[0].l += p0 + p1;
-        sm[1].l += p2 + p3;
-        *reinterpret_cast<uint32_t*>(my_p + swizzled_chunk_offset(my_row[0], i) + 4 * t4) =
-            DTypeTraits<DT>::pack(p0, p1);
-        *reinterpret_cast<uint32_t*>(my_p + swizzled_chunk_offset(my_row[1], i) + 4 * t4) =
-            DTypeTraits<DT>::pack(p2, p3);
+      for (int i = 0; i < 32; ++i) {  // s[i]: row my_row[(i / 2) % 2]
+        const int h = (i >> 1) & 1;
+        s[i] = fast_exp2(fmaf(s[i], p.scale_log2, -base[h]));
+        sm[h].l += s[i];
       }
+      const float one[2] = {1.f, 1.f};
+      store_p<DT>(my_p, s, one, warp, lane);
       scale_o(o, alpha);  // skipped by warps whose row maxima did not move
       fence_proxy_async();  // P stores -> the wgmma reads of both consumers
       named_barrier_sync(kBarPairP, 256);
