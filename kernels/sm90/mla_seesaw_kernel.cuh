@@ -18,9 +18,9 @@
 //       block group of every tile of one stage: it reads the tile's page,
 //       waits until the consumer that reads the group last has released it
 //       (one mbarrier arrival, k_empty), and issues the group's copies; warps
-//       0 and 2 then check every row of their stage's tile, which flags a bad
-//       KV index exactly as the other kernels do (the CTA's rows then become
-//       NaN).
+//       0 and 2 then check their stage's tile (it lies in one page), which
+//       flags a bad KV index exactly as the other kernels do (the CTA's rows
+//       then become NaN).
 //   WG 1 = consumer 0: scores S_A = Q K_A^T, output columns 0..255 (O_L).
 //   WG 2 = consumer 1: scores S_B = Q K_B^T, output columns 256..511 (O_R).
 //

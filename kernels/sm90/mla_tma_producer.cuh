@@ -9,9 +9,9 @@
 // P_B V_B[:, L]) and 4-7 (C1 after P_B V_B[:, R]). Producer warp g issues
 // group g: it reads the tile's page (kernels/loaders: one page-table read),
 // waits on k_empty[g], and its lane 0 issues the group's copies, each block
-// completing full_bar[stage][block] by its transaction bytes; warps 0 and 2
-// then check every row of their stage's tile (a bad KV index sets *s_bad_kv,
-// as the other kernels flag it). An absent or bad page is copied from
+// completing full_bar[stage][block] by its transaction bytes; lane 0 of warps
+// 0 and 2 then checks their stage's tile (a bad KV index sets *s_bad_kv, as
+// the other kernels flag it). An absent or bad page is copied from
 // coordinate -1: the copy engine fills zeros (and still counts the bytes).
 #ifndef VERIFY_ATTN_SM90_MLA_TMA_PRODUCER_CUH_
 #define VERIFY_ATTN_SM90_MLA_TMA_PRODUCER_CUH_
@@ -65,20 +65,18 @@ __device__ __forceinline__ void issue_k_tiles(const KernelParams& p, const Reque
                          b * kBlockCols, slot, page);
         }
       }
-    }
-    __syncwarp();
-    // Every row of the tile through the loader's checks (a slot past the
-    // request's pages or a page id outside the cache is flagged there):
-    // the copy engine reads whatever the page coordinate names, so a bad
-    // row must turn the CTA's rows into NaN. After this pair's copies (a
-    // release arriving meanwhile waits for the check: 2 rows per lane).
-    if ((g & 1) == 0 && i < n_tiles) {
-      for (int r = lane; r < N; r += 32) {
-        const int j = (rt.tile_begin + i) * N + r;
+      // The tile through the loader's checks (a slot past the request's
+      // pages or a page id outside the cache is flagged there): the copy
+      // engine reads whatever the page coordinate names, so a bad tile must
+      // turn the CTA's rows into NaN. page_size % 64 == 0 puts a tile in one
+      // page: its first row's checks are every row's (they ran per row, two
+      // rows per lane of warps 0 and 2). After this pair's copies.
+      if ((g & 1) == 0 && i < n_tiles) {
         int64_t k_off, v_off;
-        if (j < rt.kv_len && !loader.row(j, &k_off, &v_off)) *s_bad_kv = 1;
+        if (!loader.row((rt.tile_begin + i) * N, &k_off, &v_off)) *s_bad_kv = 1;
       }
     }
+    __syncwarp();
   }
 }
 
