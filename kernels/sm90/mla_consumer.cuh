@@ -124,6 +124,9 @@ __device__ __forceinline__ void mask_scores(float (&s)[32], const KernelParams& 
   mx[1] = quad_max(mx[1]) * p.scale_log2;
 }
 
+// The column block of Q and K holding the rope dimensions 512..575.
+constexpr int kRopeBlock = 8;
+
 // Q's block 8 (the rope columns 512..575 of the CTA's 64 rows) as wgmma A
 // fragments, for the scores' last block: with A from registers the tensor
 // cores read only K from shared memory there (what FlashMLA's sm_90 kernel
@@ -137,7 +140,7 @@ __device__ __forceinline__ void load_q_rope(const unsigned char* sQ, int warp, i
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int row = warp * 16 + g + 8 * (e & 1);
-      const int chunk = 8 * kChunksPerBlockRow + 2 * kk + (e >> 1);
+      const int chunk = kRopeBlock * kChunksPerBlockRow + 2 * kk + (e >> 1);
       q_rope[4 * kk + e] =
           *reinterpret_cast<const uint32_t*>(sQ + swizzled_chunk_offset(row, chunk) + 4 * t4);
     }
@@ -153,7 +156,7 @@ __device__ __forceinline__ void issue_scores_block(float (&s)[32], uint32_t q_ad
   for (int kk = 0; kk < 4; ++kk) {
     const uint64_t dk = desc_kmajor(k_addr, b * kBlockBytes, kk);
     const int acc = (!first || kk != 0) ? 1 : 0;
-    if (b == 8) {
+    if (b == kRopeBlock) {
       const uint32_t a[4] = {q_rope[4 * kk], q_rope[4 * kk + 1], q_rope[4 * kk + 2],
                              q_rope[4 * kk + 3]};
       mma_m64n64k16_rs<DT>(s, a, dk, acc);
@@ -195,18 +198,21 @@ __device__ __forceinline__ void issue_scores(float (&s)[32], uint64_t (&full)[9]
   }
 }
 
-// Stores P (fragment s, the m64n64 accumulator layout, scaled by `scale` per
-// row) as a K-major swizzled 64 x 64 A operand at `dst` (a tile's block 8),
-// by stmatrix: four 8 x 8 matrices per instruction (rows 0-7 / 8-15 of the
-// warp's 16 x chunks i, i + 1; lane L gives row L % 8 of matrix L / 8; the
-// fragment of an 8 x 8 matrix is the mma C layout, row lane / 4, columns
-// 2 (lane % 4), + 1), 4 instructions where 16 32-bit stores were.
+// stmatrix.sync.aligned.m8n8.x4: four 8 x 8 16-bit matrices, lane L giving
+// the address of row L % 8 of matrix L / 8; register i of every lane holds
+// its fragment of matrix i (row lane / 4, columns 2 (lane % 4), + 1).
 __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,
                                             uint32_t r3) {
   asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
                "r"(r0), "r"(r1), "r"(r2), "r"(r3)
                : "memory");
 }
+
+// Stores P (fragment s, the m64n64 accumulator layout, scaled by `scale` per
+// row) as a K-major swizzled 64 x 64 A operand at `dst` (a tile's block 8),
+// by stmatrix_x4: its four matrices are rows 0-7 / 8-15 of the warp's 16 x
+// chunks i, i + 1 (an 8 x 8 matrix's fragment is the mma C layout): 4
+// instructions where 16 32-bit stores were.
 template <typename DT>
 __device__ __forceinline__ void store_p(unsigned char* dst, const float (&s)[32],
                                         const float (&scale)[2], int warp, int lane) {
@@ -238,7 +244,7 @@ __device__ __forceinline__ void issue_pv_regs(float (&o)[128], const uint32_t (&
 }
 
 // issue_pv_smem: P from shared memory, the K-major swizzled 64 x 64 block at
-// p_base + p_off (what store_p / the producer's P stores write).
+// p_base + p_off (what store_p writes).
 template <typename DT>
 __device__ __forceinline__ void issue_pv_smem(float (&o)[128], uint32_t p_base, uint32_t p_off,
                                               uint32_t v_base, uint32_t v_off) {

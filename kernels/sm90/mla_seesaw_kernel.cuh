@@ -17,10 +17,10 @@
 //       (kernels/sm90/mla_tma_producer.cuh). Each of its 4 warps owns one
 //       block group of every tile of one stage: it reads the tile's page,
 //       waits until the consumer that reads the group last has released it
-//       (one mbarrier arrival, k_empty), and issues the group's copies; warps
-//       0 and 2 then check their stage's tile (it lies in one page), which
-//       flags a bad KV index exactly as the other kernels do (the CTA's rows
-//       then become NaN).
+//       (one mbarrier arrival, k_empty), and issues the group's copies; lane
+//       0 of warps 0 and 2 then checks its stage's tile (it lies in one
+//       page), which flags a bad KV index exactly as the other kernels do
+//       (the CTA's rows then become NaN).
 //   WG 1 = consumer 0: scores S_A = Q K_A^T, output columns 0..255 (O_L).
 //   WG 2 = consumer 1: scores S_B = Q K_B^T, output columns 256..511 (O_R).
 //

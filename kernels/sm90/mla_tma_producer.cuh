@@ -69,8 +69,9 @@ __device__ __forceinline__ void issue_k_tiles(const KernelParams& p, const Reque
       // pages or a page id outside the cache is flagged there): the copy
       // engine reads whatever the page coordinate names, so a bad tile must
       // turn the CTA's rows into NaN. page_size % 64 == 0 puts a tile in one
-      // page: its first row's checks are every row's (they ran per row, two
-      // rows per lane of warps 0 and 2). After this pair's copies.
+      // page: its first row's checks are every row's, and that row is below
+      // kv_len (a split's tiles end at ceil(kv_end / N), kv_end <= kv_len:
+      // kernels/core/request.cuh). After this pair's copies.
       if ((g & 1) == 0 && i < n_tiles) {
         int64_t k_off, v_off;
         if (!loader.row((rt.tile_begin + i) * N, &k_off, &v_off)) *s_bad_kv = 1;

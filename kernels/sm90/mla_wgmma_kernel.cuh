@@ -22,10 +22,9 @@
 //       and the two exchange their row maxima (shared memory, named barrier)
 //       so both use one running max. Each writes its P (bf16/fp16, by
 //       stmatrix) over the no longer needed columns 512..575 of its own
-//       tile, and each
-//       accumulates its half of the output, O[:, 256 w .. 256 w + 256) +=
-//       P_even V_even + P_odd V_odd (wgmma m64n256k16, V read transposed from
-//       the K tile). A stage is handed back to the producer as soon as both
+//       tile, and each accumulates its half of the output, O[:, 256 w ..
+//       256 w + 256) += P_even V_even + P_odd V_odd (wgmma m64n256k16, V read
+//       transposed from the K tile). A stage is handed back to the producer as soon as both
 //       consumers' MMAs on it have completed.
 //
 // Same semantics and outputs as attention_kernel (kernels/attention_kernel.cuh):
@@ -332,10 +331,11 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       // only after both consumers' P V on it ----
       unsigned char* my_p = sK + w * Shape::kKTileBytes + kPBlock * kBlockBytes;
 #pragma unroll
-      for (int i = 0; i < 32; ++i) {  // s[i]: row my_row[(i / 2) % 2]
+      for (int i = 0; i < 32; i += 2) {  // s[i], s[i + 1]: row my_row[(i / 2) % 2]
         const int h = (i >> 1) & 1;
         s[i] = fast_exp2(fmaf(s[i], p.scale_log2, -base[h]));
-        sm[h].l += s[i];
+        s[i + 1] = fast_exp2(fmaf(s[i + 1], p.scale_log2, -base[h]));
+        sm[h].l += s[i] + s[i + 1];
       }
       const float one[2] = {1.f, 1.f};
       store_p<DT>(my_p, s, one, warp, lane);

@@ -114,7 +114,7 @@ __device__ __forceinline__ void mma_m64n64k16_ss(float (&d)[32], uint64_t da, ui
 
 // d (64 x 64 fp32) (+)= A (registers: this thread's 4 x 2 16-bit values of a
 // 64 x 16 slice, a[0] row g cols 2 q, + 1; a[1] the same of row g + 8; a[2],
-// a[3] those 8 columns further) * B (smem, K-major).
+// a[3] those 8 columns further) * B (smem, K-major)^T; scale_d = 0 overwrites.
 template <typename DT>
 __device__ __forceinline__ void mma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4],
                                                  uint64_t db, int scale_d) {
