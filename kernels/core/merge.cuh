@@ -20,6 +20,12 @@ namespace verify_attn {
 
 // One warp merges one row of DV columns; lane handles columns 2*lane + 64*i.
 //   ws_o:   [splits][rows][DV] fp32, ws_lse: [splits][rows] fp32
+// Latency, not bandwidth, is what a merge of a few hundred rows costs: the
+// splits' lse are read 32 at a time (lane l: splits l, l + 32, ...) and
+// reduced across the warp, and the partial rows of 4 splits are in flight at
+// once (H200, B1 H16 T16 L4k, 11 splits: a loop with one load latency per
+// split took 11 us; BENCHMARKS session 10). A split that saw nothing (lse
+// -inf) is skipped: its O is never multiplied in.
 template <typename DT, int DV>
 __device__ __forceinline__ void merge_row(const float* __restrict__ ws_o,
                                           const float* __restrict__ ws_lse, int64_t row,
@@ -27,31 +33,67 @@ __device__ __forceinline__ void merge_row(const float* __restrict__ ws_o,
                                           float* lse_out, int lane) {
   static_assert(DV % 64 == 0, "merge: DV must be a multiple of 64");
   constexpr int kIters = DV / 64;
+  constexpr int kBatch = DV >= 256 ? 4 : 8;  // splits whose partial rows are loaded together
+  constexpr unsigned kAll = 0xffffffffu;
   float L = -INFINITY;
   bool nan = false;
-  for (int s = 0; s < splits; ++s) {
+  for (int s = lane; s < splits; s += 32) {
     const float v = ws_lse[s * rows + row];
     nan |= isnan(v);
     L = fmaxf(L, v);
   }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) L = fmaxf(L, __shfl_xor_sync(kAll, L, off));
+  nan = __any_sync(kAll, nan);
   float acc[kIters][2];
 #pragma unroll
   for (int i = 0; i < kIters; ++i) acc[i][0] = acc[i][1] = 0.f;
   float wsum = 0.f;
   if (L != -INFINITY && !nan) {
-    for (int s = 0; s < splits; ++s) {
-      const float v = ws_lse[s * rows + row];
-      if (v == -INFINITY) continue;
-      const float w = __expf(v - L);
-      wsum += w;
-      const float* o = ws_o + (s * rows + row) * DV;
+    for (int s0 = 0; s0 < splits; s0 += 32) {
+      // Lane l's weight w = exp(lse - L) of split s0 + l; -1 marks an empty
+      // split (skipped below) or none.
+      float w_lane = -1.f;
+      if (s0 + lane < splits) {
+        const float v = ws_lse[(s0 + lane) * rows + row];
+        if (v != -INFINITY) w_lane = __expf(v - L);
+      }
+      wsum += fmaxf(w_lane, 0.f);
+      const int n = min(32, splits - s0);
+      // This lane's columns of split s0's partial row; the next split's are
+      // `stride` further.
+      const float* o = ws_o + (s0 * rows + row) * DV + 2 * lane;
+      const int64_t stride = rows * DV;
+      int j = 0;
+      for (; j + kBatch <= n; j += kBatch, o += kBatch * stride) {
+        float2 x[kBatch][kIters];
 #pragma unroll
-      for (int i = 0; i < kIters; ++i) {
-        const float2 x = *reinterpret_cast<const float2*>(o + 2 * lane + 64 * i);
-        acc[i][0] += w * x.x;
-        acc[i][1] += w * x.y;
+        for (int b = 0; b < kBatch; ++b)
+#pragma unroll
+          for (int i = 0; i < kIters; ++i)
+            x[b][i] = *reinterpret_cast<const float2*>(o + b * stride + 64 * i);
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          const float w = __shfl_sync(kAll, w_lane, j + b);
+#pragma unroll
+          for (int i = 0; i < kIters; ++i) {
+            acc[i][0] += w < 0.f ? 0.f : w * x[b][i].x;
+            acc[i][1] += w < 0.f ? 0.f : w * x[b][i].y;
+          }
+        }
+      }
+      for (; j < n; ++j, o += stride) {
+        const float w = __shfl_sync(kAll, w_lane, j);
+#pragma unroll
+        for (int i = 0; i < kIters; ++i) {
+          const float2 x = *reinterpret_cast<const float2*>(o + 64 * i);
+          acc[i][0] += w < 0.f ? 0.f : w * x.x;
+          acc[i][1] += w < 0.f ? 0.f : w * x.y;
+        }
       }
     }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) wsum += __shfl_xor_sync(kAll, wsum, off);
   }
   float inv = wsum > 0.f ? 1.f / wsum : 0.f;
   float lse = wsum > 0.f ? L + logf(wsum) : -INFINITY;
