@@ -41,6 +41,17 @@ cuda_archs_flag = rule(
     doc = "Comma-separated CUDA archs, e.g. 'sm_90a,sm_120a'.",
 )
 
+# run_shell's arguments: $1 = nvcc, the rest its arguments.
+_NVCC_CHECKED = """nvcc="$1"; shift
+log="$("$nvcc" "$@" 2>&1)"; rc=$?
+[ -n "$log" ] && printf '%s\\n' "$log" >&2
+[ "$rc" -ne 0 ] && exit "$rc"
+if printf '%s' "$log" | grep -q 'instructions are serialized'; then
+  echo 'nvcc: ptxas serialized warpgroup MMAs (the C751x lines above): fix the kernel' >&2
+  exit 1
+fi
+exit 0"""
+
 def _gencode(arch):
     num = arch[len("sm_"):]
     return "-gencode=arch=compute_%s,code=sm_%s" % (num, num)
@@ -70,9 +81,13 @@ def _cuda_objects_impl(ctx):
         args.add_all(ctx.attr.copts)
         args.add("-c", src)
         args.add("-o", obj)
-        ctx.actions.run(
-            executable = nvcc,
-            arguments = [args],
+        # nvcc's own output is passed on; ptxas serializing a kernel's warpgroup
+        # MMAs (C7510-C7515, "wgmma.mma_async instructions are serialized") is
+        # only an info line but costs a wgmma kernel its overlap: fail instead.
+        ctx.actions.run_shell(
+            command = _NVCC_CHECKED,
+            arguments = [nvcc.path, args],
+            tools = [nvcc],
             inputs = depset(
                 [src],
                 transitive = [cctx.headers, ctx.attr._toolkit.files, cc_toolchain.all_files],
