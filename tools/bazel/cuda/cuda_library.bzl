@@ -10,6 +10,8 @@ so this is our own, deliberately small rule:
     build setting (see .bazelrc: --config=sm90, --config=sm120; default both).
   * `cuda_library` wraps those objects in a native cc_library that links the
     static CUDA runtime, so cc_library / cc_binary targets can depend on it.
+  * An nvcc action fails if ptxas reports that it serialized a kernel's
+    warpgroup MMAs (C751x: the sm_90a kernels would lose their overlap).
 
 The action's PATH is pinned to /usr/bin:/bin so no CUDA installed on the
 machine (a system nvcc or toolkit) can ever be picked up; nvcc
