@@ -471,6 +471,23 @@ def _mask_words(rows, q_len, device):
     return torch.where(w >= 2**31, w - 2**32, w).to(torch.int32).to(device)
 
 
+@pytest.mark.parametrize("splits", [37, 70])
+@pytest.mark.parametrize("model,layout", [("mla_h16", "paged64"), ("mla_h16", "paged1"),
+                                          ("gqa_d64_g8", "paged16"), ("gqa_d128_g4", "flat"),
+                                          ("gqa_d256_g4", "paged16")])
+def test_many_splits_merge(model, layout, splits):
+    """The split-K merge (kernels/core/merge.cuh) beyond one warp's lanes: it reads the splits'
+    lse 32 at a time and loads the partial rows of 4 or 8 splits at once, so 37 splits take a
+    second pass and a remainder; at 70 splits, more than the shorter requests' KV tiles (the
+    first request's prefix is 3000, the others' are drawn from 0..3000), some splits see
+    nothing (lse -inf) and are skipped. Every merge width (512, 64, 128, 256 value columns),
+    NaN-filled outputs, against the float64 reference (run_case asserts output and lse)."""
+    c = _small_case(model=model, layout=layout, splits=splits, q_len=16, prefix=3000, batch=3,
+                    prealloc=True)
+    err = run_case(c, new_seed())
+    assert err < REL_TOL, err
+
+
 @pytest.mark.parametrize("num_splits", [0, 5])
 @pytest.mark.parametrize("page_size", [1, 64])
 def test_tree_tile_trim_keeps_every_visible_draft(page_size, num_splits):
