@@ -119,8 +119,11 @@ def assert_names_a_poisoned_request(e, bad, page_size):
     assert ("request: %d" % e.request) in str(e) and str(val) in str(e)
 
 
-@pytest.mark.parametrize("mla,page_size,splits", [(False, 1, 0), (True, 1, 0), (False, 16, 3), (True, 4, 1)],
-                         ids=["gqa-ps1", "mla-ps1", "gqa-ps16-split3", "mla-ps4-unsplit"])
+@pytest.mark.parametrize("mla,page_size,splits",
+                         [(False, 1, 0), (True, 1, 0), (False, 16, 3), (True, 4, 1), (True, 64, 0), (True, 64, 2)],
+                         ids=["gqa-ps1", "mla-ps1", "gqa-ps16-split3", "mla-ps4-unsplit",
+                              # sm_90: the TMA kernel, whose producer checks each 64-row tile once
+                              "mla-ps64", "mla-ps64-split2"])
 def test_bad_index_raises_and_other_requests_are_exact(mla, page_size, splits):
     a, info = make_paged(mla=mla, page_size=page_size)
     clean_ref = ref(a)
