@@ -24,8 +24,8 @@
 //       stmatrix) over the no longer needed columns 512..575 of its own
 //       tile, and each accumulates its half of the output, O[:, 256 w ..
 //       256 w + 256) += P_even V_even + P_odd V_odd (wgmma m64n256k16, V read
-//       transposed from the K tile). A stage is handed back to the producer as soon as both
-//       consumers' MMAs on it have completed.
+//       transposed from the K tile). A stage is handed back to the producer
+//       as soon as both consumers' MMAs on it have completed.
 //
 // Same semantics and outputs as attention_kernel (kernels/attention_kernel.cuh):
 // same request prologue, mask, online softmax (base 2, FlashAttention-2), the
