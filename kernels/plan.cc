@@ -144,7 +144,9 @@ int choose_splits(int64_t base_ctas, int64_t kv_tiles, int num_sms, int ctas_per
   // Each split adds its partial rows to write and merge: about a third of a
   // tile per split (H200, TMA kernel, B1 H16 T16 L4k, three tile pairs per CTA:
   // 28.7 / 29.9 / 30.3 us with 11 / 13 / 16 splits; 31.6 us with 22 splits of
-  // two pairs: BENCHMARKS.md, session 9).
+  // two pairs: BENCHMARKS.md, session 9; rechecked in session 11 after the
+  // faster merge of 12a1349: the counts this picks were best or within 3% of
+  // every forced count from 6 to 33).
   constexpr double kFixedTiles = 6.0;
   constexpr double kMergeTilesPerSplit = 1.0 / 3.0;
   const int64_t slots = static_cast<int64_t>(num_sms) * std::max(1, ctas_per_sm);

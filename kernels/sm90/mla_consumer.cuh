@@ -174,7 +174,7 @@ __device__ __forceinline__ void issue_scores_block(float (&s)[32], uint32_t q_ad
 // wait loop and serializes every wgmma, C7520). The blocks must be in the
 // async proxy when their barrier completes: TMA writes are; cp.async copies
 // are fenced by the producer before it arrives. kSuspend: each wait's try
-// suspends the threads up to 20 us (mbar_wait_hint) instead of the hardware's
+// suspends the threads up to 20 us (mbar_wait<20000>) instead of the hardware's
 // default limit (TMA kernel; H200: B16 / B4 -1%, the rest within noise).
 template <typename DT, int B0, int B1, bool kSuspend = false>
 __device__ __forceinline__ void issue_scores(float (&s)[32], uint64_t (&full)[9], uint32_t parity,
@@ -186,7 +186,7 @@ __device__ __forceinline__ void issue_scores(float (&s)[32], uint64_t (&full)[9]
     const int b = order[n];
     if (wait) {
       if constexpr (kSuspend) {
-        mbar_wait_hint(&full[b], parity, 20000u);
+        mbar_wait<20000u>(&full[b], parity);
       } else {
         mbar_wait(&full[b], parity);
       }

@@ -56,7 +56,7 @@ __device__ __forceinline__ void issue_k_tiles(const KernelParams& p, const Reque
       // Pair u - 1's readers are done. Suspending up to 1 ms per try instead of
       // polling (mbarrier.try_wait's suspend-time hint; ncu counted 4.1 M polls
       // of this wait per launch): the thread wakes when the phase completes.
-      if (u > 0) mbar_wait_hint(&k_empty[g], (u - 1) & 1, 1000000u);
+      if (u > 0) mbar_wait<1000000u>(&k_empty[g], (u - 1) & 1);
 #pragma unroll
       for (int b = 0; b < KB; ++b) {
         if (group_has_block(g, b)) {
