@@ -286,6 +286,30 @@ __device__ __forceinline__ void reduce_row_sums(const float (&l)[2], float* sSum
   lsum[1] = sSum[my_row[1]] + sSum[M + my_row[1]];
 }
 
+// The same in two halves, for consumers that finish at different times: each
+// publishes its partial sums once they are final (publish_row_sums: an arrival
+// at its own named barrier) and reads both once the other's are there
+// (gather_row_sums: a sync on the other's barrier); same sums, same order as
+// reduce_row_sums.
+template <int M>
+__device__ __forceinline__ void publish_row_sums(const float (&l)[2], float* sSum, int w,
+                                                 const int (&my_row)[2], int t4, int bar) {
+  const float a = quad_sum(l[0]), b = quad_sum(l[1]);
+  if (t4 == 0) {
+    sSum[w * M + my_row[0]] = a;
+    sSum[w * M + my_row[1]] = b;
+  }
+  named_barrier_arrive(bar, 256);
+}
+
+template <int M>
+__device__ __forceinline__ void gather_row_sums(const float* sSum, const int (&my_row)[2], int bar,
+                                                float (&lsum)[2]) {
+  named_barrier_sync(bar, 256);
+  lsum[0] = sSum[my_row[0]] + sSum[M + my_row[0]];
+  lsum[1] = sSum[my_row[1]] + sSum[M + my_row[1]];
+}
+
 // Consumer w's 256 output columns of its two rows, normalised by the row
 // sums, and the rows' lse (base-2 max m): into out / lse with one split, else
 // into the split's workspace rows (merged by merge_kernel).

@@ -53,7 +53,11 @@
 //       O_L += P_B V_B[:, L]; next scores on blocks 0-3; releases stage 1
 //       blocks 0-3 and 8; next scores on blocks 4-8.
 // So while one consumer does its softmax the other's P V runs, and the max
-// chain m -> m0 -> m1 replaces an exchange of maxima. O is rescaled only when
+// chain m -> m0 -> m1 replaces an exchange of maxima. C0 ends about a
+// microsecond after C1 (its last P V and the last pair's discarded scores
+// pass), so it publishes its row sums in the last pair, and C1 writes its
+// output columns meanwhile (H200: the split-K rows of B1 H16 T16 L4k 2%
+// faster, BENCHMARKS session 12). O is rescaled only when
 // a row max of the warp moved. A release is one mbarrier arrival by the
 // consumer's thread 0; the producer warp owning the group issues the copies
 // (issuing them from the consumer cost it about 430 cycles per group, on its
@@ -110,6 +114,8 @@ constexpr int kBarPB = 4;       // C1 stored P_B
 constexpr int kBarConsumers = 5;
 constexpr int kBarZero = 6;     // 6, 7: one consumer's own (tail rows zeroed)
 constexpr int kBarIssued = 8;   // C1 issued P_A V_A[:, R]
+constexpr int kBarSum0 = 9;     // C0's row sums final (sSum[0])
+constexpr int kBarSum1 = 10;    // C1's row sums final (sSum[1])
 
 // P = exp2(S * scale_log2 - base) in place (one FFMA per exponent), the
 // bf16/fp16 pairs in the wgmma A-register layout (pa[2 k] = columns 8 k + 2 t4,
@@ -329,6 +335,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
         m_run[h] = sM[my_row[h]];
         l[h] *= scale1[h];
       }
+      // Last pair: C0's row sums are final (P_B's are C1's): publish them
+      // now, so C1 writes its output columns while C0 finishes.
+      if (!more) publish_row_sums<M>(l, sSum, 0, my_row, t4, kBarSum0);
       store_p<DT>(pA, s, scale1, warp, lane);
       fence_proxy_async();  // P_A stores -> C1's wgmma
       named_barrier_arrive(kBarPA, 256);
@@ -420,8 +429,16 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   // stream (the split-K merge) may be scheduled; it waits for our results.
   allow_dependents();
 
+  // Row sums: C1 publishes its own here; C0 published its own in the last
+  // pair (before its last P V and the discarded scores pass), so C1 writes
+  // its output columns about a microsecond before C0 is done.
+  if (w == 1) {
+    publish_row_sums<M>(l, sSum, 1, my_row, t4, kBarSum1);
+  } else if (n_pairs == 0) {
+    publish_row_sums<M>(l, sSum, 0, my_row, t4, kBarSum0);
+  }
   float lsum[2];
-  reduce_row_sums<M>(l, sSum, w, my_row, t4, kBarConsumers, lsum);
+  gather_row_sums<M>(sSum, my_row, w == 0 ? kBarSum1 : kBarSum0, lsum);
   mbar_wait(&done_bar, 0);  // the producer's s_bad_kv stores
   if (s_bad_kv) {
     write_nan_rows<Shape, DT>(p, rc.q_start, rc.R, rc.row0, hk, split, ct, 256);
