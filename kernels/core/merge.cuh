@@ -20,12 +20,25 @@ namespace verify_attn {
 
 // One warp merges one row of DV columns; lane handles columns 2*lane + 64*i.
 //   ws_o:   [splits][rows][DV] fp32, ws_lse: [splits][rows] fp32
-// Latency, not bandwidth, is what a merge of a few hundred rows costs: the
-// splits' lse are read 32 at a time (lane l: splits l, l + 32, ...) and
-// reduced across the warp, and the partial rows of 4 splits are in flight at
-// once (H200, B1 H16 T16 L4k, 11 splits: a loop with one load latency per
-// split took 11 us; BENCHMARKS session 10). A split that saw nothing (lse
-// -inf) is skipped: its O is never multiplied in.
+// Latency, not bandwidth, is what a merge of a few hundred rows costs, so the
+// loads are scheduled for it: the splits' lse are read 32 at a time (lane l:
+// splits l, l + 32, ...) and reduced across the warp; the partial rows of
+// kBatch splits are in flight at once, the last batch predicated rather than
+// split by split, and the first batch's loads go out before the lse's (they
+// do not depend on them). H200, B1 H16 T16 L4k, 11 splits: a loop with one
+// load latency per split took 11 us (BENCHMARKS session 10). The sums run
+// split by split in order whatever the batching. A split that saw nothing
+// (lse -inf) is skipped: its O is never multiplied in.
+template <int DV, int kBatch>
+__device__ __forceinline__ void load_partials(float2 (&x)[kBatch][DV / 64], const float* o,
+                                              int64_t stride, int n) {
+#pragma unroll
+  for (int b = 0; b < kBatch; ++b)
+#pragma unroll
+    for (int i = 0; i < DV / 64; ++i)
+      if (b < n) x[b][i] = *reinterpret_cast<const float2*>(o + b * stride + 64 * i);
+}
+
 template <typename DT, int DV>
 __device__ __forceinline__ void merge_row(const float* __restrict__ ws_o,
                                           const float* __restrict__ ws_lse, int64_t row,
@@ -35,10 +48,17 @@ __device__ __forceinline__ void merge_row(const float* __restrict__ ws_o,
   constexpr int kIters = DV / 64;
   constexpr int kBatch = DV >= 256 ? 4 : 8;  // splits whose partial rows are loaded together
   constexpr unsigned kAll = 0xffffffffu;
+  const int64_t stride = rows * DV;  // from one split's partial row to the next's
+  // This lane's columns of split 0's partial row, and the first batch.
+  const float* o0 = ws_o + row * DV + 2 * lane;
+  float2 x[kBatch][kIters];
+  load_partials<DV, kBatch>(x, o0, stride, min(kBatch, splits));
   float L = -INFINITY;
+  float v0 = -INFINITY;  // lane l's lse of split l (read once)
   bool nan = false;
   for (int s = lane; s < splits; s += 32) {
     const float v = ws_lse[s * rows + row];
+    if (s == lane) v0 = v;
     nan |= isnan(v);
     L = fmaxf(L, v);
   }
@@ -55,40 +75,22 @@ __device__ __forceinline__ void merge_row(const float* __restrict__ ws_o,
       // split (skipped below) or none.
       float w_lane = -1.f;
       if (s0 + lane < splits) {
-        const float v = ws_lse[(s0 + lane) * rows + row];
+        const float v = s0 == 0 ? v0 : ws_lse[(s0 + lane) * rows + row];
         if (v != -INFINITY) w_lane = __expf(v - L);
       }
       wsum += fmaxf(w_lane, 0.f);
       const int n = min(32, splits - s0);
-      // This lane's columns of split s0's partial row; the next split's are
-      // `stride` further.
-      const float* o = ws_o + (s0 * rows + row) * DV + 2 * lane;
-      const int64_t stride = rows * DV;
-      int j = 0;
-      for (; j + kBatch <= n; j += kBatch, o += kBatch * stride) {
-        float2 x[kBatch][kIters];
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b)
-#pragma unroll
-          for (int i = 0; i < kIters; ++i)
-            x[b][i] = *reinterpret_cast<const float2*>(o + b * stride + 64 * i);
+      for (int j = 0; j < n; j += kBatch) {
+        if (s0 + j > 0) load_partials<DV, kBatch>(x, o0 + (s0 + j) * stride, stride, n - j);
 #pragma unroll
         for (int b = 0; b < kBatch; ++b) {
+          if (j + b >= n) break;  // warp-uniform
           const float w = __shfl_sync(kAll, w_lane, j + b);
 #pragma unroll
           for (int i = 0; i < kIters; ++i) {
             acc[i][0] += w < 0.f ? 0.f : w * x[b][i].x;
             acc[i][1] += w < 0.f ? 0.f : w * x[b][i].y;
           }
-        }
-      }
-      for (; j < n; ++j, o += stride) {
-        const float w = __shfl_sync(kAll, w_lane, j);
-#pragma unroll
-        for (int i = 0; i < kIters; ++i) {
-          const float2 x = *reinterpret_cast<const float2*>(o + 64 * i);
-          acc[i][0] += w < 0.f ? 0.f : w * x.x;
-          acc[i][1] += w < 0.f ? 0.f : w * x.y;
         }
       }
     }
