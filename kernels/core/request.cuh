@@ -110,7 +110,12 @@ __device__ void write_nan_rows(const KernelParams& p, int q_start, int R, int ro
     const int64_t token = q_start + gr / G;
     const int h = hk * G + gr % G;
     if (p.num_splits > 1) {
-      if (c == 0) p.ws_lse[workspace_row(split, p.ws_rows, token, p.num_qo_heads, h)] = NAN;
+      // The partial row too, though the merge turns the row NaN by its lse
+      // alone: merge_row loads the first splits' partial rows before their
+      // lse (kernels/core/merge.cuh), and workspace it reads stays defined.
+      const int64_t wrow = workspace_row(split, p.ws_rows, token, p.num_qo_heads, h);
+      p.ws_o[wrow * DV + c] = NAN;
+      if (c == 0) p.ws_lse[wrow] = NAN;
     } else {
       DT* o = static_cast<DT*>(p.out) + token * p.out_stride_token + h * p.out_stride_head;
       o[c] = DTypeTraits<DT>::from_float(NAN);
