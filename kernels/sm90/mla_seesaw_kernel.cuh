@@ -289,24 +289,24 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       named_barrier_sync(kBarZero + w, 128);
     }
   };
+  // An odd tile count leaves the last pair without a tile B. That pair runs
+  // after the loop (n_full whole pairs): tile A's softmax and P V halves only,
+  // no tile B scores or P V and no discarded scores pass, where a zero-filled
+  // phantom tile B used to cost a whole pair (H200: 65 tiles timed as 66,
+  // BENCHMARKS session 12). The terms dropped were exact zeros: the result is
+  // bit for bit the same.
+  const bool odd = (n_tiles & 1) != 0;
+  const int n_full = n_pairs - (odd ? 1 : 0);
   if (w == 0) {
     // ---------------------------------------------------------- consumer 0
     constexpr int kOrder[9] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
-    // The loop is rotated: the scores of pair + 1 are issued at the end of
-    // pair (their blocks 0-3 under this pair's last P V, as those were
-    // released after the P_A store), so nothing is in flight across the back
-    // edge (else ptxas serializes every wgmma, C7514).
-    if (n_pairs > 0) {
-      issue_scores<DT, 0, 9, true>(s, full_bar[0], 0, true, q_addr, q_rope, kA, kOrder);
-      wgmma_wait<0>();
-      fence_regs(s);
-    }
-    for (int pair = 0; pair < n_pairs; ++pair) {
-      const uint32_t par = pair & 1;
-      // Last pair: the next scores are a discarded pass over stage 0 (no
-      // barrier waits; nothing refills it), so the wgmma sequence is the same
-      // in every iteration.
-      const bool more = pair + 1 < n_pairs;
+    float scale1[2];
+    // Tile A of `pair` (its scores in s): m0, P_A, O_L += P_A V_A[:, L]; then
+    // C1's max m1: l and m to m1's base, P_A stored at m1's base for C1 [PA]
+    // (O_L is rescaled by scale1 afterwards). `last`: C0's row sums are final
+    // (P_B's are C1's): published now, so C1 writes its output columns while
+    // C0 finishes.
+    auto tile_a = [&](int pair, bool last) {
       float mx[2];
       mask_scores<N>(s, p, rc, rmask, my_row, t4, 2 * pair, true, mx);
       float base[2], scale0[2];
@@ -328,19 +328,33 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
 
       // C1's max m1: P_A to m1's base for C1, O_L and l as well.
       named_barrier_sync(kBarScale1, 256);
-      float scale1[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         scale1[h] = sScale1[my_row[h]];
         m_run[h] = sM[my_row[h]];
         l[h] *= scale1[h];
       }
-      // Last pair: C0's row sums are final (P_B's are C1's): publish them
-      // now, so C1 writes its output columns while C0 finishes.
-      if (!more) publish_row_sums<M>(l, sSum, 0, my_row, t4, kBarSum0);
+      if (last) publish_row_sums<M>(l, sSum, 0, my_row, t4, kBarSum0);
       store_p<DT>(pA, s, scale1, warp, lane);
       fence_proxy_async();  // P_A stores -> C1's wgmma
       named_barrier_arrive(kBarPA, 256);
+    };
+    // The loop is rotated: the scores of pair + 1 are issued at the end of
+    // pair (their blocks 0-3 under this pair's last P V, as those were
+    // released after the P_A store), so nothing is in flight across the back
+    // edge (else ptxas serializes every wgmma, C7514).
+    if (n_pairs > 0) {
+      issue_scores<DT, 0, 9, true>(s, full_bar[0], 0, true, q_addr, q_rope, kA, kOrder);
+      wgmma_wait<0>();
+      fence_regs(s);
+    }
+    for (int pair = 0; pair < n_full; ++pair) {
+      const uint32_t par = pair & 1;
+      // Last pair: the next scores are a discarded pass over stage 0 (no
+      // barrier waits; nothing refills it), so the wgmma sequence is the same
+      // in every iteration.
+      const bool more = pair + 1 < n_pairs;
+      tile_a(pair, !more);
       // Blocks 0-3 of K_A are free since P_A V_A[:, L]; released only now
       // (right after P_A V_A[:, L] measured slower: BENCHMARKS, `_a0e`).
       if (more) release(kGroupA0);
@@ -368,22 +382,22 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       fence_regs(s);
       fence_regs(o);
     }
+    if (odd) {
+      // The last pair's tile A alone (its scores issued above or by the
+      // loop's last iteration); C1 reads its P_A; nothing is refilled.
+      tile_a(n_full, true);
+      scale_o(o, scale1);
+    }
   } else {
     // ---------------------------------------------------------- consumer 1
     // The blocks it released first (4-7) land first, blocks 0-3 and 8 after C0's
     // P_B V_B[:, L].
     constexpr int kOrder[9] = {4, 5, 6, 7, 0, 1, 2, 3, 8};
-    for (int pair = 0; pair < n_pairs; ++pair) {
-      const uint32_t par = pair & 1;
-      issue_scores<DT, 0, 9, true>(s, full_bar[1], par, true, q_addr, q_rope, kB, kOrder);
-      wgmma_wait<0>();
-      fence_regs(s);
-      fence_regs(o);
-
-      float mx[2];
-      mask_scores<N>(s, p, rc, rmask, my_row, t4, 2 * pair + 1, 2 * pair + 1 < n_tiles, mx);
+    // m1 from C0's m0 [SCALE0] and this consumer's tile maxima mx (-inf: no
+    // tile B), published for C0 [SCALE1]; base: tile B's exponent base; f:
+    // the factor of O_R and l (m -> m1).
+    auto fold_m1 = [&](float (&mx)[2], float (&base)[2], float (&f)[2]) {
       named_barrier_sync(kBarScale0, 256);  // C0's m0 and its factor
-      float base[2], f[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float scale1 = fold_max(sM[my_row[h]], mx[h], &m_run[h], &base[h]);  // m0 -> m1
@@ -392,6 +406,28 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       }
       __syncwarp();  // every lane read sM above before lanes t4 == 0 overwrite it
       publish_max(sM, sScale1, my_row, t4, m_run, mx, kBarScale1);
+    };
+    // O_R += P_A V_A[:, R] (C0's P_A [PA], K_A's blocks 4-8) queued on O_R.
+    auto issue_pv_a = [&](int pair, uint32_t par) {
+      named_barrier_sync(kBarPA, 256);
+#pragma unroll
+      for (int b = 4; b < 9; ++b) mbar_wait(&full_bar[0][b], par);
+      zero_tail(0, 2 * pair, 4);
+      wgmma_fence();
+      issue_pv_smem<DT>(o, kA, kPBlock * kBlockBytes, kA, 4 * kBlockBytes);
+      wgmma_commit();
+    };
+    for (int pair = 0; pair < n_full; ++pair) {
+      const uint32_t par = pair & 1;
+      issue_scores<DT, 0, 9, true>(s, full_bar[1], par, true, q_addr, q_rope, kB, kOrder);
+      wgmma_wait<0>();
+      fence_regs(s);
+      fence_regs(o);
+
+      float mx[2];
+      mask_scores<N>(s, p, rc, rmask, my_row, t4, 2 * pair + 1, true, mx);
+      float base[2], f[2];
+      fold_m1(mx, base, f);
       exp_scores<DT>(s, p.scale_log2, base, pa, l, f);
       const float one[2] = {1.f, 1.f};
       store_p<DT>(pB, s, one, warp, lane);
@@ -408,19 +444,27 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       wgmma_fence();
       issue_pv_regs<DT>(o, pa, kB, 4 * kBlockBytes);
       wgmma_commit();
-      named_barrier_sync(kBarPA, 256);
-#pragma unroll
-      for (int b = 4; b < 9; ++b) mbar_wait(&full_bar[0][b], par);
-      zero_tail(0, 2 * pair, 4);
-      wgmma_fence();
-      issue_pv_smem<DT>(o, kA, kPBlock * kBlockBytes, kA, 4 * kBlockBytes);
-      wgmma_commit();
+      issue_pv_a(pair, par);
       named_barrier_arrive(kBarIssued, 256);
       wgmma_wait<1>();
       if (pair + 1 < n_pairs) release(kGroupB1);
       wgmma_wait<0>();
       fence_regs(o);
       if (pair + 1 < n_pairs) release(kGroupA1);
+    }
+    if (odd) {
+      // The last pair's tile A alone: m1 = m0 (no tile B), O_R and l to it,
+      // O_R += P_A V_A[:, R]; nothing is refilled.
+      float mx[2] = {-INFINITY, -INFINITY};
+      float base[2], f[2];
+      fold_m1(mx, base, f);
+      l[0] *= f[0];
+      l[1] *= f[1];
+      scale_o(o, f);
+      fence_regs(o);
+      issue_pv_a(n_full, n_full & 1);
+      wgmma_wait<0>();
+      fence_regs(o);
     }
   }
   wgmma_wait<0>();

@@ -11,7 +11,7 @@
 // waits on k_empty[g], and its lane 0 issues the group's copies, each block
 // completing full_bar[stage][block] by its transaction bytes; lane 0 of warps
 // 0 and 2 then checks their stage's tile (a bad KV index sets *s_bad_kv, as
-// the other kernels flag it). An absent or bad page is copied from
+// the other kernels flag it). A bad page is copied from
 // coordinate -1: the copy engine fills zeros (and still counts the bytes).
 #ifndef VERIFY_ATTN_SM90_MLA_TMA_PRODUCER_CUH_
 #define VERIFY_ATTN_SM90_MLA_TMA_PRODUCER_CUH_
@@ -38,7 +38,7 @@ __host__ __device__ constexpr bool group_has_block(int g, int b) {
 }
 
 // The producer warpgroup's work (wtid = 0..127), for every tile pair of the
-// CTA's range rt (whole pairs: a phantom tile B is zero-filled).
+// CTA's range rt (an odd count's last pair: tile A only).
 template <class Shape, class Loader>
 __device__ __forceinline__ void issue_k_tiles(const KernelParams& p, const RequestTile& rt,
                                               const Loader& loader, unsigned char* sK,
@@ -46,13 +46,15 @@ __device__ __forceinline__ void issue_k_tiles(const KernelParams& p, const Reque
                                               uint64_t (&k_empty)[4], int* s_bad_kv, int wtid) {
   constexpr int N = Shape::kN, KB = Shape::kKBlocks;
   const int n_tiles = rt.tile_end - rt.tile_begin;
-  const int n_pairs = (n_tiles + 1) >> 1;  // whole pairs: a phantom tile B is zero-filled
+  const int n_pairs = (n_tiles + 1) >> 1;  // the last one without tile B when n_tiles is odd
   const int g = wtid >> 5, lane = wtid & 31, h = group_stage(g);
   for (int u = 0; u < n_pairs; ++u) {
     const int i = 2 * u + h;  // this stage's tile of pair u
-    if (lane == 0) {
+    // An odd count's last pair has no tile B: the consumers read none
+    // (kernels/sm90/mla_seesaw_kernel.cuh), so nothing is copied.
+    if (lane == 0 && i < n_tiles) {
       int page = -1, slot = 0;
-      if (i < n_tiles) loader.page_coord((rt.tile_begin + i) * N, &page, &slot);
+      loader.page_coord((rt.tile_begin + i) * N, &page, &slot);
       // Pair u - 1's readers are done. Suspending up to 1 ms per try instead of
       // polling (mbarrier.try_wait's suspend-time hint; ncu counted 4.1 M polls
       // of this wait per launch): the thread wakes when the phase completes.
@@ -72,7 +74,7 @@ __device__ __forceinline__ void issue_k_tiles(const KernelParams& p, const Reque
       // page: its first row's checks are every row's, and that row is below
       // kv_len (a split's tiles end at ceil(kv_end / N), kv_end <= kv_len:
       // kernels/core/request.cuh). After this pair's copies.
-      if ((g & 1) == 0 && i < n_tiles) {
+      if ((g & 1) == 0) {
         int64_t k_off, v_off;
         if (!loader.row((rt.tile_begin + i) * N, &k_off, &v_off)) *s_bad_kv = 1;
       }
