@@ -293,8 +293,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   // after the loop (n_full whole pairs): tile A's softmax and P V halves only,
   // no tile B scores or P V and no discarded scores pass, where a zero-filled
   // phantom tile B used to cost a whole pair (H200: 65 tiles timed as 66,
-  // BENCHMARKS session 12). The terms dropped were exact zeros: the result is
-  // bit for bit the same.
+  // BENCHMARKS session 12). The terms dropped added exact zeros (P = 0 over a
+  // zero-filled tile), so the sums are unchanged.
   const bool odd = (n_tiles & 1) != 0;
   const int n_full = n_pairs - (odd ? 1 : 0);
   if (w == 0) {
