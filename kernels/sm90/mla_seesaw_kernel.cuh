@@ -53,11 +53,12 @@
 //       O_L += P_B V_B[:, L]; next scores on blocks 0-3; releases stage 1
 //       blocks 0-3 and 8; next scores on blocks 4-8.
 // So while one consumer does its softmax the other's P V runs, and the max
-// chain m -> m0 -> m1 replaces an exchange of maxima. C0 ends about a
-// microsecond after C1 (its last P V and the last pair's discarded scores
-// pass), so it publishes its row sums in the last pair, and C1 writes its
-// output columns meanwhile (H200: the split-K rows of B1 H16 T16 L4k 2%
-// faster, BENCHMARKS session 12). O is rescaled only when
+// chain m -> m0 -> m1 replaces an exchange of maxima. With an even tile
+// count C0 ends about a microsecond after C1 (its last P V and the last
+// pair's discarded scores pass), so it publishes its row sums in the last
+// pair, and C1 writes its output columns meanwhile (H200: the split-K rows of
+// B1 H16 T16 L4k 2% faster, BENCHMARKS session 12); an odd count's last pair
+// is tile A alone (below), where C1's P_A V_A[:, R] ends last. O is rescaled only when
 // a row max of the warp moved. A release is one mbarrier arrival by the
 // consumer's thread 0; the producer warp owning the group issues the copies
 // (issuing them from the consumer cost it about 430 cycles per group, on its
@@ -350,9 +351,11 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     }
     for (int pair = 0; pair < n_full; ++pair) {
       const uint32_t par = pair & 1;
-      // Last pair: the next scores are a discarded pass over stage 0 (no
-      // barrier waits; nothing refills it), so the wgmma sequence is the same
-      // in every iteration.
+      // Last pair of an even count: the next scores are a discarded pass over
+      // stage 0 (no barrier waits; nothing refills it), so the wgmma sequence
+      // is the same in every iteration. (With an odd count the loop's last
+      // pair scores the odd pair's tile A, and tile B's groups are released
+      // although nothing refills them: arrivals nobody waits for.)
       const bool more = pair + 1 < n_pairs;
       tile_a(pair, !more);
       // Blocks 0-3 of K_A are free since P_A V_A[:, L]; released only now
