@@ -268,37 +268,47 @@ __device__ __forceinline__ void scale_o(float (&o)[128], const float (&f)[2]) {
   }
 }
 
-// Row sums over both consumers' columns: l = this thread's partial sums (its
-// columns of its two rows), sSum = [2][64] fp32, both consumers meet at named
-// barrier `bar`.
+// Row sums over both consumers' columns, sSum = [2][64] fp32: each consumer
+// w stores its quad-reduced partial sums (l: this thread's columns of its two
+// rows) in sSum[w] (store_row_sums), and after a named barrier both read the
+// two halves' total (read_row_sums).
+// (q: the quad-reduced sums, scratch for the caller.)
 template <int M>
-__device__ __forceinline__ void reduce_row_sums(const float (&l)[2], float* sSum, int w,
-                                                const int (&my_row)[2], int t4, int bar,
-                                                float (&lsum)[2]) {
-  lsum[0] = quad_sum(l[0]);
-  lsum[1] = quad_sum(l[1]);
+__device__ __forceinline__ void store_row_sums(const float (&l)[2], float* sSum, int w,
+                                               const int (&my_row)[2], int t4, float (&q)[2]) {
+  q[0] = quad_sum(l[0]);
+  q[1] = quad_sum(l[1]);
   if (t4 == 0) {
-    sSum[w * M + my_row[0]] = lsum[0];
-    sSum[w * M + my_row[1]] = lsum[1];
+    sSum[w * M + my_row[0]] = q[0];
+    sSum[w * M + my_row[1]] = q[1];
   }
-  named_barrier_sync(bar, 256);
+}
+
+template <int M>
+__device__ __forceinline__ void read_row_sums(const float* sSum, const int (&my_row)[2],
+                                              float (&lsum)[2]) {
   lsum[0] = sSum[my_row[0]] + sSum[M + my_row[0]];
   lsum[1] = sSum[my_row[1]] + sSum[M + my_row[1]];
 }
 
-// The same in two halves, for consumers that finish at different times: each
-// publishes its partial sums once they are final (publish_row_sums: an arrival
-// at its own named barrier) and reads both once the other's are there
-// (gather_row_sums: a sync on the other's barrier); same sums, same order as
-// reduce_row_sums.
+// Both consumers at once: they meet at named barrier `bar`.
+template <int M>
+__device__ __forceinline__ void reduce_row_sums(const float (&l)[2], float* sSum, int w,
+                                                const int (&my_row)[2], int t4, int bar,
+                                                float (&lsum)[2]) {
+  store_row_sums<M>(l, sSum, w, my_row, t4, lsum);
+  named_barrier_sync(bar, 256);
+  read_row_sums<M>(sSum, my_row, lsum);
+}
+
+// In two halves, for consumers that finish at different times: each publishes
+// its sums once they are final (an arrival at its own named barrier) and
+// gathers both once the other's are there (a sync on the other's barrier).
 template <int M>
 __device__ __forceinline__ void publish_row_sums(const float (&l)[2], float* sSum, int w,
                                                  const int (&my_row)[2], int t4, int bar) {
-  const float a = quad_sum(l[0]), b = quad_sum(l[1]);
-  if (t4 == 0) {
-    sSum[w * M + my_row[0]] = a;
-    sSum[w * M + my_row[1]] = b;
-  }
+  float q[2];
+  store_row_sums<M>(l, sSum, w, my_row, t4, q);
   named_barrier_arrive(bar, 256);
 }
 
@@ -306,8 +316,7 @@ template <int M>
 __device__ __forceinline__ void gather_row_sums(const float* sSum, const int (&my_row)[2], int bar,
                                                 float (&lsum)[2]) {
   named_barrier_sync(bar, 256);
-  lsum[0] = sSum[my_row[0]] + sSum[M + my_row[0]];
-  lsum[1] = sSum[my_row[1]] + sSum[M + my_row[1]];
+  read_row_sums<M>(sSum, my_row, lsum);
 }
 
 // Consumer w's 256 output columns of its two rows, normalised by the row

@@ -58,8 +58,8 @@
 // pair's discarded scores pass), so it publishes its row sums in the last
 // pair, and C1 writes its output columns meanwhile (H200: the split-K rows of
 // B1 H16 T16 L4k 2% faster, BENCHMARKS session 12); an odd count's last pair
-// is tile A alone (below), where C1's P_A V_A[:, R] ends last. O is rescaled only when
-// a row max of the warp moved. A release is one mbarrier arrival by the
+// is tile A alone (below), where C1's P_A V_A[:, R] ends last. O is rescaled
+// only when a row max of the warp moved. A release is one mbarrier arrival by the
 // consumer's thread 0; the producer warp owning the group issues the copies
 // (issuing them from the consumer cost it about 430 cycles per group, on its
 // critical path: exp/tma-trace).
