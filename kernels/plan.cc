@@ -16,10 +16,9 @@
 namespace verify_attn {
 namespace {
 
-// Both sm_90a MLA kernels work in tile pairs (mla_wgmma_kernel: an odd last
-// tile is a zero-filled, masked phantom, n_loads; mla_seesaw_kernel runs an
-// odd count's last pair as tile A alone, about half a pair); the portable
-// kernels tile by tile.
+// Both sm_90a MLA kernels work in tile pairs and run an odd count's last pair
+// as tile A alone, about half a pair (kept at granule 2 until measured:
+// EXPERIMENT exp/s19); the portable kernels tile by tile.
 template <class S>
 constexpr int tile_granule() {
   return S::kWgmma ? 2 : 1;

@@ -83,8 +83,8 @@ __device__ __forceinline__ void acquire_q_tile(unsigned char* sQ, const KernelPa
 }
 
 // Scores of KV tile `tile` of the split (64 columns): masked only on draft /
-// boundary tiles or a phantom tile (exists = false: the odd tile of a last
-// pair, every column masked); returns this thread's two rows' maxima,
+// boundary tiles or when exists = false (every column masked; no caller on
+// EXPERIMENT exp/s19, where neither kernel has a phantom tile any more); returns this thread's two rows' maxima,
 // quad-reduced and scaled to base 2 (scale_log2 > 0, the C-ABI checks it, so
 // max and scaling commute). The scores stay unscaled: each exponent is one
 // FFMA, s * scale_log2 - base.

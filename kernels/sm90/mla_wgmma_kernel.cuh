@@ -39,6 +39,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "kernels/core/mask.cuh"
 #include "kernels/core/mma.cuh"
 #include "kernels/core/pdl.cuh"
@@ -164,7 +166,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     const int half = wtid >> 6;
     const int c = wtid & 7;
     const int rg = (wtid & 63) >> 3;
-    const int n_loads = (n_tiles + 1) & ~1;  // whole pairs: a phantom tile is zero-filled
+    const int n_loads = n_tiles;  // an odd count's last pair has no tile B (EXPERIMENT exp/s19)
     unsigned char* dst0 = sK + half * Shape::kKTileBytes + rg * 128 + ((c ^ rg) << 4);
     // Rows g + 8 k are copied in two passes of four (k = 4 hh .. 4 hh + 3) to
     // stay within the producer's 40 registers: each pass gets its four row
@@ -281,35 +283,43 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     const uint32_t k_addr0 = smem_addr(sK), k_addr1 = k_addr0 + Shape::kKTileBytes;
     const int n_pairs = (n_tiles + 1) >> 1;
 
-    for (int pair = 0; pair < n_pairs; ++pair) {
+    // An odd tile count's last pair is tile A alone and runs after the loop
+    // (kTileB false): consumer 1 has no scores of its own (its maxima -inf)
+    // and stores no P, both consumers' P V covers tile A only, and the
+    // producer copies no phantom tile B, where a zero-filled one used to cost
+    // a whole pair (the TMA kernel's c006b45, BENCHMARKS session 12). The
+    // terms dropped added exact zeros. EXPERIMENT exp/s19.
+    const bool odd = (n_tiles & 1) != 0;
+    const int n_full = n_pairs - (odd ? 1 : 0);
+    auto run_pair = [&](int pair, auto tile_b) {
+      constexpr bool kTileB = decltype(tile_b)::value;
       const uint32_t parity = pair & 1;
-      // An odd tile count leaves the last pair's odd tile a phantom: the
-      // producer zero-fills it and its scores are masked (P = 0), so every
-      // wgmma below is issued unconditionally (no divergent warpgroup MMA).
-      const bool has_own = 2 * pair + w < n_tiles;
+      // Warp-uniform: whether this consumer has a tile in this pair.
+      const bool own = kTileB || w == 0;
 
       // ---- S = Q K^T of this consumer's tile ----
       float s[32];
-      const uint32_t kt = k_addr0 + static_cast<uint32_t>(w) * Shape::kKTileBytes;
-      if constexpr (Shape::kPipelinedS) {
-        // Block by block as they land (kernels/sm90/mla_consumer.cuh).
-        constexpr int kOrder[9] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
-        issue_scores<DT, 0, KB>(s, full_bar[w], parity, true, q_addr, q_rope, kt, kOrder);
-      } else {
-        // The whole tile first, then one group of 36 wgmmas.
+      float mx[2] = {-INFINITY, -INFINITY};
+      if (own) {
+        const uint32_t kt = k_addr0 + static_cast<uint32_t>(w) * Shape::kKTileBytes;
+        if constexpr (Shape::kPipelinedS) {
+          // Block by block as they land (kernels/sm90/mla_consumer.cuh).
+          constexpr int kOrder[9] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+          issue_scores<DT, 0, KB>(s, full_bar[w], parity, true, q_addr, q_rope, kt, kOrder);
+        } else {
+          // The whole tile first, then one group of 36 wgmmas.
 #pragma unroll 1
-        for (int b = 0; b < KB; ++b) mbar_wait(&full_bar[w][b], parity);
-        fence_regs(s);
-        wgmma_fence();
+          for (int b = 0; b < KB; ++b) mbar_wait(&full_bar[w][b], parity);
+          fence_regs(s);
+          wgmma_fence();
 #pragma unroll
-        for (int b = 0; b < KB; ++b) issue_scores_block<DT>(s, q_addr, q_rope, kt, b, b == 0);
-        wgmma_commit();
+          for (int b = 0; b < KB; ++b) issue_scores_block<DT>(s, q_addr, q_rope, kt, b, b == 0);
+          wgmma_commit();
+        }
+        wgmma_wait<0>();
+        fence_regs(s);
+        mask_scores<N>(s, p, rc, rmask, my_row, t4, 2 * pair + w, true, mx);
       }
-      wgmma_wait<0>();
-      fence_regs(s);
-
-      float mx[2];
-      mask_scores<N>(s, p, rc, rmask, my_row, t4, 2 * pair + w, has_own, mx);
 
       // ---- one running max for both consumers ----
       if (t4 == 0) {
@@ -329,16 +339,18 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       // (K columns 512..575) of its own tile: the scores were its last use,
       // the value reads only blocks 0..7, and the producer refills the stage
       // only after both consumers' P V on it ----
-      unsigned char* my_p = sK + w * Shape::kKTileBytes + kPBlock * kBlockBytes;
+      if (own) {
+        unsigned char* my_p = sK + w * Shape::kKTileBytes + kPBlock * kBlockBytes;
 #pragma unroll
-      for (int i = 0; i < 32; i += 2) {  // s[i], s[i + 1]: row my_row[(i / 2) % 2]
-        const int h = (i >> 1) & 1;
-        s[i] = fast_exp2(fmaf(s[i], p.scale_log2, -base[h]));
-        s[i + 1] = fast_exp2(fmaf(s[i + 1], p.scale_log2, -base[h]));
-        sm[h].l += s[i] + s[i + 1];
+        for (int i = 0; i < 32; i += 2) {  // s[i], s[i + 1]: row my_row[(i / 2) % 2]
+          const int h = (i >> 1) & 1;
+          s[i] = fast_exp2(fmaf(s[i], p.scale_log2, -base[h]));
+          s[i + 1] = fast_exp2(fmaf(s[i + 1], p.scale_log2, -base[h]));
+          sm[h].l += s[i] + s[i + 1];
+        }
+        const float one[2] = {1.f, 1.f};
+        store_p<DT>(my_p, s, one, warp, lane);
       }
-      const float one[2] = {1.f, 1.f};
-      store_p<DT>(my_p, s, one, warp, lane);
       scale_o(o, alpha);  // skipped by warps whose row maxima did not move
       fence_proxy_async();  // P stores -> the wgmma reads of both consumers
       named_barrier_sync(kBarPairP, 256);
@@ -346,10 +358,11 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       // thread's own acquire orders the producer's copies before its wgmma.
       // REQUIRED, not redundant with the named barrier: it is also this
       // thread's acquire of s_bad_kv for the other consumer's tiles (read after
-      // the loop without a CTA-wide barrier).
-      mbar_wait(&full_bar[1 - w][kPBlock - 1], parity);
+      // the loop without a CTA-wide barrier). Tile A alone: consumer 0 has no
+      // other tile.
+      if (kTileB || w == 1) mbar_wait(&full_bar[1 - w][kPBlock - 1], parity);
 
-      // ---- O[:, 256 w ..] += P_even V_even + P_odd V_odd ----
+      // ---- O[:, 256 w ..] += P_even V_even (+ P_odd V_odd) ----
       const uint32_t v_off = w * 4 * kBlockBytes;  // value columns 256 w .. 256 w + 255
       fence_regs(o);
       wgmma_fence();
@@ -358,17 +371,24 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
         mma_m64n256k16_ss_tb<DT>(o, desc_kmajor(k_addr0, kPBlock * kBlockBytes, kk),
                                  desc_mnmajor(k_addr0 + v_off, 0, kk));
       wgmma_commit();
+      if constexpr (kTileB) {
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        mma_m64n256k16_ss_tb<DT>(o, desc_kmajor(k_addr1, kPBlock * kBlockBytes, kk),
-                                 desc_mnmajor(k_addr1 + v_off, 0, kk));
-      wgmma_commit();
-      wgmma_wait<1>();
-      if (lane == 0) mbar_arrive(&empty_bar[0]);
-      wgmma_wait<0>();
-      fence_regs(o);
-      if (lane == 0) mbar_arrive(&empty_bar[1]);
-    }
+        for (int kk = 0; kk < 4; ++kk)
+          mma_m64n256k16_ss_tb<DT>(o, desc_kmajor(k_addr1, kPBlock * kBlockBytes, kk),
+                                   desc_mnmajor(k_addr1 + v_off, 0, kk));
+        wgmma_commit();
+        wgmma_wait<1>();
+        if (lane == 0) mbar_arrive(&empty_bar[0]);
+        wgmma_wait<0>();
+        fence_regs(o);
+        if (lane == 0) mbar_arrive(&empty_bar[1]);
+      } else {
+        wgmma_wait<0>();
+        fence_regs(o);
+      }
+    };
+    for (int pair = 0; pair < n_full; ++pair) run_pair(pair, std::true_type{});
+    if (odd) run_pair(n_full, std::false_type{});
 
     // Only the epilogue is left: the next programmatic dependent launch of
     // the stream (the split-K merge) may be scheduled; it waits for results.
