@@ -129,6 +129,9 @@ va_status launch_one(const KernelParams& kp, const Plan& plan, int dtype, void* 
     // Q by TMA too where its map can describe q (else the consumers copy it).
     const va_status qs = encode_q_tmap_checked(&kp_tma, dtype);
     if (qs != VA_OK) return qs;
+    // The unsplit output by TMA stores where the map can describe out.
+    const va_status os = encode_o_tmap_checked(&kp_tma, dtype);
+    if (os != VA_OK) return os;
     return launch_kernel<Shape, DT, Loader>(kp_tma, plan, dtype, stream);
   }
 }

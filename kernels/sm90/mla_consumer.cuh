@@ -357,6 +357,54 @@ __device__ __forceinline__ void write_rows(const KernelParams& p, const RequestT
   }
 }
 
+// write_rows for an unsplit launch and a full row tile (rc.row0 + 64 <= rc.R)
+// when p.o_tma: consumer w stages its 64 x 256 half of the normalised output
+// in `stage` (4 blocks of 64 x 64, 128-byte swizzled: store_p's layout, which
+// is the out map's box), meets its 128 threads at named barrier `bar`, and its
+// thread 0 stores the 4 blocks by TMA (p.o_tmap, kernels/sm90/tma_host.h) and
+// waits until they have been read. The values and their rounding are
+// write_rows' (o / l packed to DT), so the two paths write the same bits.
+// H200: B32 H16 T16 L4k 144 -> 137 us, B32 H16 T16 L1k 52 -> 45 (BENCHMARKS.md,
+// session 13): 128 CTAs storing 8 MB from registers at once took ~10 us, a
+// warp store of 8 rows x 16 bytes at a time. FlashMLA's sm_90 kernel also
+// writes its unsplit output tile by TMA.
+template <class Shape, typename DT>
+__device__ __forceinline__ void write_rows_tma(const KernelParams& p, const RequestTile& rc, int hk,
+                                               int w, const float (&o)[128],
+                                               const float (&lsum)[2], const float (&m)[2],
+                                               const int (&my_row)[2], int t4, unsigned char* stage,
+                                               int warp, int lane, int wtid, int bar) {
+  const int G = p.group;
+  float inv[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) inv[h] = lsum[h] > 0.f ? 1.f / lsum[h] : 0.f;
+#pragma unroll
+  for (int j = 0; j < 4; ++j)  // columns 64 j .. 64 j + 63 of this consumer's half
+    store_p<DT>(stage + j * kBlockBytes, *reinterpret_cast<const float(*)[32]>(&o[32 * j]), inv,
+                warp, lane);
+  fence_proxy_async();  // the staged blocks -> the copy engine
+  named_barrier_sync(bar, 128);
+  if (wtid == 0) {
+    const int head0 = G >= 64 ? rc.row0 % G : 0;  // the box of issue_q_tile
+    const int token0 = rc.q_start + rc.row0 / G;
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      tma_store_block(p.o_tmap, stage + j * kBlockBytes, w * 256 + 64 * j, head0, token0);
+    bulk_commit_group();
+  }
+  if (p.lse != nullptr && w == 0 && t4 == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int gr = rc.row0 + my_row[h];
+      const int64_t token = rc.q_start + gr / G;
+      const int head = hk * G + gr % G;
+      p.lse[token * p.lse_stride_token + head * p.lse_stride_head] =
+          OnlineSoftmaxRow::lse(m[h], lsum[h]);
+    }
+  }
+  if (wtid == 0) bulk_wait_group_read0();  // before the CTA's shared memory goes
+}
+
 }  // namespace sm90
 }  // namespace verify_attn
 

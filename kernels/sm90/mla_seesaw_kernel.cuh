@@ -491,7 +491,17 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     write_nan_rows<Shape, DT>(p, rc.q_start, rc.R, rc.row0, hk, split, ct, 256);
     return;
   }
-  write_rows<Shape, DT>(p, rc, hk, split, w, o, lsum, m_run, my_row, t4);
+  if (p.o_tma && p.num_splits == 1 && rc.row0 + M <= rc.R) {
+    // Through shared memory, by TMA: C1 stages into stage 1's blocks 4-7 (it
+    // read them last, in its last P_B V_B[:, R], and nothing refills them
+    // after the last pair) while C0 may still read stage 0 and stage 1's
+    // blocks 0-3 and 8; C0 stages into stage 1's blocks 0-3 once it is done.
+    write_rows_tma<Shape, DT>(p, rc, hk, w, o, lsum, m_run, my_row, t4,
+                              sK + Shape::kKTileBytes + 4 * w * kBlockBytes, warp, lane, wtid,
+                              kBarZero + w);
+  } else {
+    write_rows<Shape, DT>(p, rc, hk, split, w, o, lsum, m_run, my_row, t4);
+  }
 #else
   // Built for another architecture: the plan never selects this kernel there.
   __trap();

@@ -1,6 +1,7 @@
 // Bulk tensor copies (TMA) of the sm_90a path: one 64 x 64 block of the paged
 // K cache (128-byte swizzled, the layout of kernels/sm90/swizzle.cuh) per copy,
-// completing on an mbarrier by transaction bytes.
+// completing on an mbarrier by transaction bytes; and the output tile's blocks
+// back to global memory (tma_store_block).
 //
 // Device side here; the tensor map itself is encoded on the host
 // (kernels/sm90/tma_host.h) into KernelParams::k_tmap, which the kernel reads
@@ -33,6 +34,31 @@ __device__ __forceinline__ void tma_load_block(void* dst, const void* tmap, uint
       " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(smem_addr(dst)),
       "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
       : "memory");
+}
+
+// The 64 x 64 block at `src` (1024-byte aligned, in the map's swizzle) to box
+// {c0, c1, c2} of the map, in this thread's bulk async-group (PTX ISA 8.0,
+// "cp.async.bulk.tensor", shared::cta -> global). The caller fences its
+// shared-memory writes for the async proxy first (fence_proxy_async).
+__device__ __forceinline__ void tma_store_block(const void* tmap, const void* src, int c0, int c1,
+                                                int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+          reinterpret_cast<uint64_t>(tmap)),
+      "r"(smem_addr(src)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+
+// Closes this thread's bulk async-group ("cp.async.bulk.commit_group").
+__device__ __forceinline__ void bulk_commit_group() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+// Waits until this thread's bulk async-groups have read their shared-memory
+// sources ("cp.async.bulk.wait_group.read"), so the CTA may exit (its shared
+// memory goes) or overwrite them; the global writes complete by the grid's end.
+__device__ __forceinline__ void bulk_wait_group_read0() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
 
 // The tensor map's descriptor into the constant cache ahead of its first copy

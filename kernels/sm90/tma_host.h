@@ -125,6 +125,41 @@ inline bool encode_q_tmap(KernelParams* kp, int dtype) {
   return true;
 }
 
+// The TMA kernel's output tile by TMA stores: out as a 3-D map like q's
+// ([token][head][512] -> box of one CTA's 64 folded rows x 64 columns, 128-byte
+// swizzle), the same rules (MLA, G dividing 64 or 64 dividing G, 16-byte
+// aligned out and strides). Used for unsplit launches and full row tiles
+// (kernels/sm90/mla_seesaw_kernel.cuh): a box always covers 64 folded rows,
+// so a partial tile's box would reach the next request's rows. Returns false
+// otherwise (not an error: the consumers then store from registers) and sets
+// kp->o_tma. VERIFY_ATTN_O_TMA=0 turns it off (an A/B and test knob;
+// compute-sanitizer's initcheck does not see the copy engine's stores, so
+// tools/gpu_run.sh runs initcheck with it off).
+inline bool encode_o_tmap(KernelParams* kp, int dtype) {
+  kp->o_tma = 0;
+  const char* env = std::getenv("VERIFY_ATTN_O_TMA");
+  if (env != nullptr && env[0] == '0') return false;
+  const int G = kp->group;
+  if (kp->num_splits != 1 || kp->num_kv_heads != 1 || G <= 0 || (G % 64 != 0 && 64 % G != 0) ||
+      kp->total_q <= 0 || reinterpret_cast<uintptr_t>(kp->out) % 16 != 0 ||
+      kp->out_stride_head < 512 || (kp->out_stride_head * 2) % 16 != 0 ||
+      (kp->out_stride_token * 2) % 16 != 0)
+    return false;
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[3] = {512, static_cast<cuuint64_t>(kp->num_qo_heads),
+                              static_cast<cuuint64_t>(kp->total_q)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(kp->out_stride_head) * 2,
+                                 static_cast<cuuint64_t>(kp->out_stride_token) * 2};
+  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(G < 64 ? G : 64),
+                             static_cast<cuuint32_t>(G < 64 ? 64 / G : 1)};
+  CUtensorMap map;
+  if (encode_map_3d(encode, &map, kp->out, dtype, dims, strides, box) != CUDA_SUCCESS) return false;
+  std::memcpy(kp->o_tmap, &map, sizeof(map));
+  kp->o_tma = 1;
+  return true;
+}
+
 // VERIFY_ATTN_REQUIRE_Q_TMA=1 (tests): a launch of an sm_90a MLA kernel whose
 // q the Q map cannot describe fails (VA_ERR_UNSUPPORTED) instead of copying Q
 // with cp.async, so a test can tell that the TMA path ran.
@@ -137,6 +172,20 @@ inline va_status encode_q_tmap_checked(KernelParams* kp, int dtype) {
                  "per KV head, %d KV heads, strides %lld / %lld elements)",
                  kp->group, kp->num_kv_heads, static_cast<long long>(kp->q_stride_token),
                  static_cast<long long>(kp->q_stride_head));
+}
+
+// VERIFY_ATTN_REQUIRE_O_TMA=1 (tests): an unsplit launch of the TMA kernel
+// whose out the map cannot describe fails (VA_ERR_UNSUPPORTED) instead of
+// storing from registers, so a test can tell that the TMA store path ran.
+inline va_status encode_o_tmap_checked(KernelParams* kp, int dtype) {
+  if (encode_o_tmap(kp, dtype) || kp->num_splits != 1) return VA_OK;
+  const char* env = std::getenv("VERIFY_ATTN_REQUIRE_O_TMA");
+  if (env == nullptr || env[0] != '1') return VA_OK;
+  return va_fail(VA_ERR_UNSUPPORTED,
+                 "out: VERIFY_ATTN_REQUIRE_O_TMA=1 but the output tensor map cannot describe out "
+                 "(%d heads per KV head, strides %lld / %lld elements)",
+                 kp->group, static_cast<long long>(kp->out_stride_token),
+                 static_cast<long long>(kp->out_stride_head));
 }
 
 }  // namespace verify_attn

@@ -10,7 +10,8 @@ launch. Also: the plan's choice is pinned (page_size 16 takes the cp.async
 kernel), a page id out of range is flagged (KV_INDEX) and never read, and a
 padded cache (token stride wider than the row) is read through the tensor
 map's strides; the Q tile by TMA and by cp.async (VERIFY_ATTN_Q_TMA=0, or a head
-count the Q map cannot box) over several q layouts, in both sm_90a kernels.
+count the Q map cannot box) over several q layouts, in both sm_90a kernels; the
+unsplit output tile by TMA stores and from registers (VERIFY_ATTN_O_TMA=0), bit for bit.
 """
 
 import random
@@ -187,6 +188,59 @@ def test_q_tile_layouts(page_size, heads, layout, q_tma, monkeypatch):
     out, lse = run(a, mq, mkv, 0)
     ro, rl = ref(a)
     assert torch.isfinite(out).all() and torch.isfinite(lse).all()
+    err = ((out.double() - ro).norm() / ro.norm()).item()
+    assert err < 1e-2, err
+    assert (lse.double() - rl).abs().max().item() < 1e-2
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("layout", ["contiguous", "padded", "head_major"])
+@pytest.mark.parametrize("heads", [16, 64, 128, 24])
+def test_output_tile_by_tma(heads, layout, dtype, monkeypatch):
+    """The TMA kernel's unsplit output: full row tiles staged in shared memory and stored by
+    TMA (a map of out whose box is a CTA's 64 folded rows), partial row tiles (request 0's
+    second, request 2's only) from registers; with VERIFY_ATTN_O_TMA=0 every tile from
+    registers. Both write the same bits (the same o / l rounding), match the float64 reference,
+    and leave no poisoned row. out contiguous, a view of a wider row (head stride 640), or
+    head-major; 24 heads (the map cannot box them) always store from registers. Which path
+    ran is pinned with VERIFY_ATTN_REQUIRE_O_TMA=1."""
+    a, mq, mkv = make(31 + heads, 64, q_lens=[5, 16, 3, 64], prefixes=[40, 700, 129, 1000],
+                      heads=heads, dtype=dtype)
+    assert plan_name(a, mq, mkv, 1).endswith(TMA)
+    total_q = a["q"].shape[0]
+
+    def fresh_out():
+        if layout == "padded":
+            out = torch.full((total_q, heads, 640), float("nan"), dtype=dtype, device=DEV)[..., :512]
+            assert out.stride(1) == 640
+        elif layout == "head_major":
+            out = torch.full((heads, total_q, 512), float("nan"), dtype=dtype, device=DEV).transpose(0, 1)
+            assert out.stride(0) == 512
+        else:
+            out = torch.full((total_q, heads, 512), float("nan"), dtype=dtype, device=DEV)
+        lse = torch.full((total_q, heads), float("nan"), device=DEV)
+        return out, lse
+
+    def call(out, lse):
+        verify_attn.tree_attention_paged(a["q"], a["k"], None, a["qo"], a["kv_indptr"], a["kv_indices"],
+                                         a["kv_len"], tree_mask=a["tree"], max_q_len=mq, max_kv_len=mkv,
+                                         num_splits=1, out=out, lse=lse)
+
+    monkeypatch.setenv("VERIFY_ATTN_REQUIRE_O_TMA", "1")
+    if heads != 24:
+        call(*fresh_out())  # the out map was encoded: the TMA store path ran
+    else:
+        with pytest.raises(NotImplementedError, match="VERIFY_ATTN_REQUIRE_O_TMA"):
+            call(*fresh_out())
+    monkeypatch.delenv("VERIFY_ATTN_REQUIRE_O_TMA")
+    out, lse = fresh_out()
+    call(out, lse)
+    monkeypatch.setenv("VERIFY_ATTN_O_TMA", "0")
+    out0, lse0 = fresh_out()
+    call(out0, lse0)
+    ro, rl = ref(a)
+    assert torch.isfinite(out).all() and torch.isfinite(lse).all(), "a row was left unwritten"
+    assert torch.equal(out, out0) and torch.equal(lse, lse0), "the TMA store wrote other bits"
     err = ((out.double() - ro).norm() / ro.norm()).item()
     assert err < 1e-2, err
     assert (lse.double() - rl).abs().max().item() < 1e-2
