@@ -64,6 +64,12 @@
 // (issuing them from the consumer cost it about 430 cycles per group, on its
 // critical path: exp/tma-trace).
 //
+// Epilogue: split launches write fp32 partial rows from registers; unsplit
+// launches stage each full row tile's output in the free half of stage 1 and
+// store it by TMA (write_rows_tma, kernels/sm90/mla_consumer.cuh; 128 CTAs
+// storing from registers at once cost ~10 us on B32 H16 T16, BENCHMARKS.md
+// session 13), partial tiles from registers.
+//
 // Same semantics and outputs as attention_kernel (kernels/attention_kernel.cuh):
 // request prologue (kernels/core/request.cuh), tree mask (kernels/core/mask.cuh),
 // base-2 online softmax (FlashAttention-2), split-K workspace rows merged by
