@@ -111,6 +111,9 @@ va_status launch_one(const KernelParams& kp, const Plan& plan, int dtype, void* 
       KernelParams kp_q = kp;
       const va_status qs = encode_q_tmap_checked(&kp_q, dtype);
       if (qs != VA_OK) return qs;
+      // The unsplit output by TMA stores where the map can describe out.
+      const va_status os = encode_o_tmap_checked(&kp_q, dtype);
+      if (os != VA_OK) return os;
       return launch_kernel<Shape, DT, Loader>(kp_q, plan, dtype, stream);
     } else {
       return launch_kernel<Shape, DT, Loader>(kp, plan, dtype, stream);

@@ -74,6 +74,7 @@ constexpr int kBarPairMax = 1;  // named barrier ids (0 is __syncthreads)
 constexpr int kBarPairP = 2;
 constexpr int kBarConsumers = 3;
 constexpr int kBarProducer = 4;  // 4, 5: the two producer halves (kStagedRows)
+constexpr int kBarStage = 6;     // 6, 7: one consumer's own (its output tile staged)
 
 // Producer: wait for the copies of blocks <= c (N = groups still allowed in
 // flight), publish block c.
@@ -288,7 +289,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     // and stores no P, both consumers' P V covers tile A only, and the
     // producer copies no phantom tile B, where a zero-filled one used to cost
     // a whole pair (the TMA kernel's c006b45, BENCHMARKS session 12). The
-    // terms dropped added exact zeros. EXPERIMENT exp/s19.
+    // terms dropped added exact zeros.
     const bool odd = (n_tiles & 1) != 0;
     const int n_full = n_pairs - (odd ? 1 : 0);
     auto run_pair = [&](int pair, auto tile_b) {
@@ -406,7 +407,16 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       return;
     }
     const float m_row[2] = {sm[0].m, sm[1].m};
-    write_rows<Shape, DT>(p, rc, hk, split, w, o, lsum, m_row, my_row, t4);
+    if (p.o_tma && p.num_splits == 1 && rc.row0 + M <= rc.R) {
+      // Unsplit, a full row tile: staged in shared memory and stored by TMA
+      // (kernels/sm90/mla_consumer.cuh, write_rows_tma). Both stages are free:
+      // reduce_row_sums above met both consumers after their last P V, and
+      // the producer copies nothing after the last pair's tiles.
+      write_rows_tma<Shape, DT>(p, rc, hk, w, o, lsum, m_row, my_row, t4,
+                                sK + w * Shape::kKTileBytes, warp, lane, wtid, kBarStage + w);
+    } else {
+      write_rows<Shape, DT>(p, rc, hk, split, w, o, lsum, m_row, my_row, t4);
+    }
     return;
   }
   // producer: every copy of this thread landed (publish_block<0>); leave.
