@@ -25,7 +25,9 @@
 //       tile, and each accumulates its half of the output, O[:, 256 w ..
 //       256 w + 256) += P_even V_even + P_odd V_odd (wgmma m64n256k16, V read
 //       transposed from the K tile). A stage is handed back to the producer
-//       as soon as both consumers' MMAs on it have completed.
+//       as soon as both consumers' MMAs on it have completed. An unsplit
+//       launch's full row tile is staged in the then free stages and stored
+//       by TMA (write_rows_tma, kernels/sm90/mla_consumer.cuh).
 //
 // Same semantics and outputs as attention_kernel (kernels/attention_kernel.cuh):
 // same request prologue, mask, online softmax (base 2, FlashAttention-2), the
