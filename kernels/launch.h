@@ -70,10 +70,10 @@ struct KernelParams {
   // consumers then copy Q with cp.async; every other kernel ignores both).
   int32_t q_tma;
   alignas(64) unsigned char q_tmap[128];
-  // The TMA kernel's output by TMA stores (kernels/sm90/tma_host.h,
-  // encode_o_tmap): o_tma = 1 when o_tmap holds the map of out, else 0 (the
-  // consumers then store their rows from registers; every other kernel
-  // ignores both).
+  // Both sm_90a MLA kernels' unsplit output by TMA stores
+  // (kernels/sm90/tma_host.h, encode_o_tmap): o_tma = 1 when o_tmap holds the
+  // map of out, else 0 (the consumers then store their rows from registers;
+  // every other kernel ignores both).
   int32_t o_tma;
   alignas(64) unsigned char o_tmap[128];
 };

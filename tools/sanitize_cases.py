@@ -112,7 +112,8 @@ def main():
         # page_size 64: the sm_90 TMA kernel (kernels/sm90/mla_seesaw_kernel.cuh)
         dict(mla=True, paged=True, dtype=torch.bfloat16, batch=3, q_len=24, prefix=150, heads=16, hkv=1, d=0, page_size=64, causal=False, splits=2),
         # unsplit: full row tiles' output stored by TMA, a partial tile's from registers
-        dict(mla=True, paged=True, dtype=torch.bfloat16, batch=2, q_len=8, prefix=200, heads=16, hkv=1, d=0, page_size=1, causal=False, splits=1),
+        # (folded rows 160 / 80 and 192 / 96 / 192: both paths in each launch)
+        dict(mla=True, paged=True, dtype=torch.bfloat16, batch=2, q_len=10, prefix=200, heads=16, hkv=1, d=0, page_size=1, causal=False, splits=1),
         dict(mla=True, paged=True, dtype=torch.float16, batch=3, q_len=12, prefix=250, heads=16, hkv=1, d=0, page_size=64, causal=False, splits=1),
         dict(mla=False, paged=True, dtype=torch.bfloat16, batch=3, q_len=16, prefix=70, heads=12, hkv=4, d=128, page_size=16, causal=False, splits=1),
         dict(mla=False, paged=False, dtype=torch.float16, batch=2, q_len=33, prefix=0, heads=8, hkv=8, d=64, page_size=1, causal=False, splits=2),

@@ -125,11 +125,12 @@ inline bool encode_q_tmap(KernelParams* kp, int dtype) {
   return true;
 }
 
-// The TMA kernel's output tile by TMA stores: out as a 3-D map like q's
+// Both sm_90a MLA kernels' output tile by TMA stores: out as a 3-D map like q's
 // ([token][head][512] -> box of one CTA's 64 folded rows x 64 columns, 128-byte
 // swizzle), the same rules (MLA, G dividing 64 or 64 dividing G, 16-byte
 // aligned out and strides). Used for unsplit launches and full row tiles
-// (kernels/sm90/mla_seesaw_kernel.cuh): a box always covers 64 folded rows,
+// (kernels/sm90/mla_seesaw_kernel.cuh, mla_wgmma_kernel.cuh; write_rows_tma in
+// mla_consumer.cuh): a box always covers 64 folded rows,
 // so a partial tile's box would reach the next request's rows. Returns false
 // otherwise (not an error: the consumers then store from registers) and sets
 // kp->o_tma. VERIFY_ATTN_O_TMA=0 turns it off (an A/B and test knob;
@@ -174,9 +175,10 @@ inline va_status encode_q_tmap_checked(KernelParams* kp, int dtype) {
                  static_cast<long long>(kp->q_stride_head));
 }
 
-// VERIFY_ATTN_REQUIRE_O_TMA=1 (tests): an unsplit launch of the TMA kernel
-// whose out the map cannot describe fails (VA_ERR_UNSUPPORTED) instead of
-// storing from registers, so a test can tell that the TMA store path ran.
+// VERIFY_ATTN_REQUIRE_O_TMA=1 (tests): an unsplit launch of an sm_90a MLA
+// kernel whose out the map cannot describe fails (VA_ERR_UNSUPPORTED) instead
+// of storing from registers, so a test can tell that the map was encoded (the
+// full row tiles of that launch then take the TMA store path).
 inline va_status encode_o_tmap_checked(KernelParams* kp, int dtype) {
   if (encode_o_tmap(kp, dtype) || kp->num_splits != 1) return VA_OK;
   const char* env = std::getenv("VERIFY_ATTN_REQUIRE_O_TMA");
