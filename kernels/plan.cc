@@ -17,8 +17,9 @@ namespace verify_attn {
 namespace {
 
 // Both sm_90a MLA kernels work in tile pairs and run an odd count's last pair
-// as tile A alone, about half a pair (kept at granule 2 until measured:
-// EXPERIMENT exp/s19); the portable kernels tile by tile.
+// as tile A alone, about half a pair; granule 2 still: the split counts
+// granule 1 would pick ran slower (H200, BENCHMARKS.md session 13). The
+// portable kernels tile by tile.
 template <class S>
 constexpr int tile_granule() {
   return S::kWgmma ? 2 : 1;

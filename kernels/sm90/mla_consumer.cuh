@@ -83,19 +83,17 @@ __device__ __forceinline__ void acquire_q_tile(unsigned char* sQ, const KernelPa
 }
 
 // Scores of KV tile `tile` of the split (64 columns): masked only on draft /
-// boundary tiles or when exists = false (every column masked; no caller on
-// EXPERIMENT exp/s19, where neither kernel has a phantom tile any more); returns this thread's two rows' maxima,
+// boundary tiles; returns this thread's two rows' maxima,
 // quad-reduced and scaled to base 2 (scale_log2 > 0, the C-ABI checks it, so
 // max and scaling commute). The scores stay unscaled: each exponent is one
 // FFMA, s * scale_log2 - base.
 template <int N>
 __device__ __forceinline__ void mask_scores(float (&s)[32], const KernelParams& p,
                                             const RequestTile& rc, const RequestMask& rmask,
-                                            const int (&my_row)[2], int t4, int tile, bool exists,
-                                            float (&mx)[2]) {
+                                            const int (&my_row)[2], int t4, int tile, float (&mx)[2]) {
   mx[0] = mx[1] = -INFINITY;
   const int j0 = (rc.tile_begin + tile) * N;
-  if (!exists || rmask.tile_needs_mask(j0, N)) {
+  if (rmask.tile_needs_mask(j0, N)) {
     RowMask rows[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -112,7 +110,7 @@ __device__ __forceinline__ void mask_scores(float (&s)[32], const KernelParams& 
       for (int e = 0; e < 4; ++e) {
         const int col = j0 + i * 8 + 2 * t4 + (e & 1);
         float x = s[i * 4 + e];
-        if (!exists || !rmask.visible(rows[e >> 1], col)) x = -INFINITY;
+        if (!rmask.visible(rows[e >> 1], col)) x = -INFINITY;
         s[i * 4 + e] = x;
         mx[e >> 1] = fmaxf(mx[e >> 1], x);
       }

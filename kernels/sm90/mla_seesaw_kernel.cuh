@@ -315,7 +315,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     // C0 finishes.
     auto tile_a = [&](int pair, bool last) {
       float mx[2];
-      mask_scores<N>(s, p, rc, rmask, my_row, t4, 2 * pair, true, mx);
+      mask_scores<N>(s, p, rc, rmask, my_row, t4, 2 * pair, mx);
       float base[2], scale0[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) scale0[h] = fold_max(m_run[h], mx[h], &m_run[h], &base[h]);  // m0
@@ -434,7 +434,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       fence_regs(o);
 
       float mx[2];
-      mask_scores<N>(s, p, rc, rmask, my_row, t4, 2 * pair + 1, true, mx);
+      mask_scores<N>(s, p, rc, rmask, my_row, t4, 2 * pair + 1, mx);
       float base[2], f[2];
       fold_m1(mx, base, f);
       exp_scores<DT>(s, p.scale_log2, base, pa, l, f);

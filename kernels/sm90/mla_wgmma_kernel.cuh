@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     const int half = wtid >> 6;
     const int c = wtid & 7;
     const int rg = (wtid & 63) >> 3;
-    const int n_loads = n_tiles;  // an odd count's last pair has no tile B (EXPERIMENT exp/s19)
+    const int n_loads = n_tiles;  // an odd count's last pair has no tile B
     unsigned char* dst0 = sK + half * Shape::kKTileBytes + rg * 128 + ((c ^ rg) << 4);
     // Rows g + 8 k are copied in two passes of four (k = 4 hh .. 4 hh + 3) to
     // stay within the producer's 40 registers: each pass gets its four row
@@ -321,7 +321,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
         }
         wgmma_wait<0>();
         fence_regs(s);
-        mask_scores<N>(s, p, rc, rmask, my_row, t4, 2 * pair + w, true, mx);
+        mask_scores<N>(s, p, rc, rmask, my_row, t4, 2 * pair + w, mx);
       }
 
       // ---- one running max for both consumers ----

@@ -89,6 +89,35 @@ inline va_status encode_k_tmap(KernelParams* kp, int dtype) {
   return VA_OK;
 }
 
+// A [total_q tokens][num_qo_heads][width] tensor (bf16 / fp16, element strides
+// stride_token / stride_head) as a 3-D map whose box is one CTA's 64 folded
+// rows x 64 columns: min(G, 64) heads x max(64 / G, 1) tokens (G = heads per
+// KV head; token-major, heads fastest: kernels/core/request.cuh), 128-byte
+// swizzled. Needs G dividing 64 or 64 dividing G and 16-byte aligned base and
+// strides (the copy engine's rules); false when those fail or the driver
+// refuses the map. The Q and output maps below.
+inline bool encode_folded_rows_map(const void* base, int dtype, int width, int num_qo_heads,
+                                   int64_t total_q, int64_t stride_token, int64_t stride_head,
+                                   int G, unsigned char (&dst)[128]) {
+  if (G <= 0 || (G % 64 != 0 && 64 % G != 0) || total_q <= 0 ||
+      reinterpret_cast<uintptr_t>(base) % 16 != 0 || stride_head < width ||
+      (stride_head * 2) % 16 != 0 || (stride_token * 2) % 16 != 0)
+    return false;
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(width), static_cast<cuuint64_t>(num_qo_heads),
+                              static_cast<cuuint64_t>(total_q)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(stride_head) * 2,
+                                 static_cast<cuuint64_t>(stride_token) * 2};
+  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(G < 64 ? G : 64),
+                             static_cast<cuuint32_t>(G < 64 ? 64 / G : 1)};
+  CUtensorMap map;
+  if (encode_map_3d(encode, &map, base, dtype, dims, strides, box) != CUDA_SUCCESS) return false;
+  static_assert(sizeof(map) == sizeof(dst), "CUtensorMap is 128 bytes");
+  std::memcpy(dst, &map, sizeof(map));
+  return true;
+}
+
 // The CTA's Q tile (64 folded rows x 576 columns) by TMA: q as a 3-D map
 // [total_q tokens][num_qo_heads][576 columns] with the caller's head and token
 // strides, boxes of 64 columns x min(G, 64) heads x max(64 / G, 1) tokens
@@ -104,23 +133,10 @@ inline bool encode_q_tmap(KernelParams* kp, int dtype) {
   kp->q_tma = 0;
   const char* env = std::getenv("VERIFY_ATTN_Q_TMA");
   if (env != nullptr && env[0] == '0') return false;
-  const int G = kp->group;
-  if (kp->num_kv_heads != 1 || G <= 0 || (G % 64 != 0 && 64 % G != 0) || kp->total_q <= 0 ||
-      reinterpret_cast<uintptr_t>(kp->q) % 16 != 0 || kp->q_stride_head < 576 ||
-      (kp->q_stride_head * 2) % 16 != 0 || (kp->q_stride_token * 2) % 16 != 0)
+  if (kp->num_kv_heads != 1) return false;
+  if (!encode_folded_rows_map(kp->q, dtype, 576, kp->num_qo_heads, kp->total_q,
+                              kp->q_stride_token, kp->q_stride_head, kp->group, kp->q_tmap))
     return false;
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-  if (encode == nullptr) return false;
-  const cuuint64_t dims[3] = {576, static_cast<cuuint64_t>(kp->num_qo_heads),
-                              static_cast<cuuint64_t>(kp->total_q)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(kp->q_stride_head) * 2,
-                                 static_cast<cuuint64_t>(kp->q_stride_token) * 2};
-  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(G < 64 ? G : 64),
-                             static_cast<cuuint32_t>(G < 64 ? 64 / G : 1)};
-  CUtensorMap map;
-  const CUresult r = encode_map_3d(encode, &map, kp->q, dtype, dims, strides, box);
-  if (r != CUDA_SUCCESS) return false;
-  std::memcpy(kp->q_tmap, &map, sizeof(map));
   kp->q_tma = 1;
   return true;
 }
@@ -140,23 +156,10 @@ inline bool encode_o_tmap(KernelParams* kp, int dtype) {
   kp->o_tma = 0;
   const char* env = std::getenv("VERIFY_ATTN_O_TMA");
   if (env != nullptr && env[0] == '0') return false;
-  const int G = kp->group;
-  if (kp->num_splits != 1 || kp->num_kv_heads != 1 || G <= 0 || (G % 64 != 0 && 64 % G != 0) ||
-      kp->total_q <= 0 || reinterpret_cast<uintptr_t>(kp->out) % 16 != 0 ||
-      kp->out_stride_head < 512 || (kp->out_stride_head * 2) % 16 != 0 ||
-      (kp->out_stride_token * 2) % 16 != 0)
+  if (kp->num_splits != 1 || kp->num_kv_heads != 1) return false;
+  if (!encode_folded_rows_map(kp->out, dtype, 512, kp->num_qo_heads, kp->total_q,
+                              kp->out_stride_token, kp->out_stride_head, kp->group, kp->o_tmap))
     return false;
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-  if (encode == nullptr) return false;
-  const cuuint64_t dims[3] = {512, static_cast<cuuint64_t>(kp->num_qo_heads),
-                              static_cast<cuuint64_t>(kp->total_q)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(kp->out_stride_head) * 2,
-                                 static_cast<cuuint64_t>(kp->out_stride_token) * 2};
-  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(G < 64 ? G : 64),
-                             static_cast<cuuint32_t>(G < 64 ? 64 / G : 1)};
-  CUtensorMap map;
-  if (encode_map_3d(encode, &map, kp->out, dtype, dims, strides, box) != CUDA_SUCCESS) return false;
-  std::memcpy(kp->o_tmap, &map, sizeof(map));
   kp->o_tma = 1;
   return true;
 }

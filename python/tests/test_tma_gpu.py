@@ -201,10 +201,11 @@ def test_output_tile_by_tma(page_size, heads, layout, dtype, monkeypatch):
     """Both sm_90a kernels' (TMA K at page 64, cp.async K at page 1) unsplit output: full row
     tiles staged in shared memory and stored by TMA (a map of out whose box is a CTA's 64
     folded rows), partial row tiles (request 0's second, request 2's only) from registers;
-    with VERIFY_ATTN_O_TMA=0 every tile from registers. Both write the same bits (the same o / l rounding), match the float64 reference,
-    and leave no poisoned row. out contiguous, a view of a wider row (head stride 640), or
-    head-major; 24 heads (the map cannot box them) always store from registers. Which path
-    ran is pinned with VERIFY_ATTN_REQUIRE_O_TMA=1."""
+    with VERIFY_ATTN_O_TMA=0 every tile from registers. Both write the same bits (the same
+    o / l rounding), match the float64 reference, and leave no poisoned row. out contiguous, a
+    view of a wider row (head stride 640), or head-major; 24 heads (the map cannot box them)
+    always store from registers. VERIFY_ATTN_REQUIRE_O_TMA=1 pins that the out map was
+    encoded (so the full tiles took the TMA store)."""
     a, mq, mkv = make(31 + heads, page_size, q_lens=[5, 16, 3, 64], prefixes=[40, 700, 129, 1000],
                       heads=heads, dtype=dtype)
     assert plan_name(a, mq, mkv, 1).endswith(TMA if page_size == 64 else GATHER)
