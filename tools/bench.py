@@ -73,7 +73,7 @@ flags.DEFINE_enum("flex", "auto", ["auto", "all", "none"],
                   "FlexAttention shapes: auto = those tagged 'flex' (bounds torch.compile time), all, none.")
 flags.DEFINE_list("compare_configs", [],
                   "Also time the paged kernel with each of these configurations forced "
-                  "(VERIFY_ATTN_FORCE_CONFIG tags, e.g. mla_wgmma_seesaw_tma_mc), in the same process as "
+                  "(VERIFY_ATTN_FORCE_CONFIG tags, e.g. mla_wgmma_m64n64_pipe_rows), in the same process as "
                   "columns '@<tag>': an A/B of kernel variants without run-to-run drift. The JSON records "
                   "the configuration each really ran (plan), which is the default one where the plan "
                   "refuses the forced tag for a shape. Compare the graph (g) times: the eager ones "

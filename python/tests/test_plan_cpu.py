@@ -216,3 +216,11 @@ def test_info_has_the_keys_of_plan_info(env, layout):
     assert p.info == ref
     assert p.info["kv_layout"] == layout and p.info["v_is_k_prefix"] == 0
     assert (p.info["max_q_len"], p.info["max_kv_len"], p.info["workspace_bytes"]) == (4, 9, 0)
+
+
+@pytest.mark.parametrize("missing", ["max_q_len", "max_kv_len"])
+def test_a_missing_bound_is_named(env, missing):
+    t, args = _paged(**{missing: None})
+    with pytest.raises(ValueError, match=rf"^{missing}: a plan needs host upper bounds"):
+        verify_attn.TreeAttentionPlan(t["q"], t["k_cache"], t["v_cache"], t["qo_indptr"], t["kv_indptr"],
+                                      t["kv_indices"], t["kv_len"], **args)

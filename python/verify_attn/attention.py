@@ -783,8 +783,10 @@ def tree_attention_flat(
         ``W >= ceil(max_q_len / 32)``; see :mod:`verify_attn.masks`.
       causal: chain mode instead of ``tree_mask`` (exactly one of the two).
       sm_scale: logit scale; default ``1 / sqrt(D_qk)``.
-      head_dim_vo: MLA value width (default 512 when ``v`` is None; a multiple
-        of 8); must equal ``v.shape[-1]`` otherwise.
+      head_dim_vo: MLA value width (default 512 when ``v`` is None; the
+        kernels run MLA with ``D_qk`` 576 and ``head_dim_vo`` 512, 1..128 heads and
+        one KV head, NotImplementedError otherwise); must equal ``v.shape[-1]``
+        otherwise (GQA/MHA: ``D`` 64, 128 or 256, ``H / Hkv`` <= 16).
       max_q_len: host upper bound of every ``q_len_i`` (<= 1024). Computed from
         ``qo_indptr`` when None: a device->host sync; required under CUDA graph
         capture and ``torch.compile``.
@@ -803,8 +805,9 @@ def tree_attention_flat(
 
     Raises:
       TypeError: a dtype is wrong (q/k/v not one shared fp16/bf16 dtype, an index
-        tensor not int32, tree_mask not int32/uint32, out/lse dtype); the message
-        starts with the argument's name.
+        tensor not int32, tree_mask not int32/uint32, out/lse dtype), a tensor
+        argument is not a tensor, or a scalar is not an int / bool (e.g.
+        ``page_size=1.0``, ``causal=1``); the message starts with the argument's name.
       ValueError: a shape, stride, alignment (last dim contiguous, other strides
         multiples of 8 elements, data 16-byte aligned, index tensors and
         tree_mask contiguous, out/lse not overlapping) or device (all CUDA, all
@@ -814,8 +817,13 @@ def tree_attention_flat(
         (``num_splits`` > 65535, ``page_size``/``max_kv_len`` > 2^31-1,
         ``sm_scale`` beyond float32), ``qo_indptr`` of 0 requests with rows in
         ``q``; message starts with the argument's name.
-      NotImplementedError: a valid configuration the library was not built for
-        (head dims, arch); RuntimeError: CUDA errors (from the extension).
+      NotImplementedError: a valid configuration the kernels do not support
+        (head dims, head counts, arch; the message then starts with the C
+        function's name, e.g. ``va_workspace_size: VA_ERR_UNSUPPORTED:
+        num_qo_heads: ...``); ImportError: the compiled extension is missing;
+        RuntimeError: CUDA errors (from the extension); KernelInputError: in
+        debug mode (:func:`verify_attn.set_debug`), bad device data the kernel
+        flagged.
     """
     return _run(False, q, k, v, qo_indptr, kv_indptr, None, None, None, tree_mask, causal,
                 sm_scale, head_dim_vo, max_q_len, max_kv_len, return_lse, num_splits, out, lse)
@@ -896,6 +904,11 @@ def plan_info(
     num_splits: int = 0,
 ) -> dict:
     """Which kernel configuration a call with these arguments would run (nothing is launched).
+
+    The tensors must be CUDA tensors on the device the call would run on: the
+    choice depends on that device (arch, SM count, shared memory), and ``out``
+    / ``lse`` of the planned shapes are allocated there (no kernel runs, no
+    host sync when the bounds are given).
 
     Paged layout when ``kv_indices`` or ``kv_len`` is given (then ``k``/``v`` are
     the caches and both are required: the missing one raises ValueError naming

@@ -50,8 +50,10 @@ class TreeAttentionPlan:
         raises ValueError otherwise.
       page_size, tree_mask, causal, sm_scale, head_dim_vo, num_splits: as for
         those functions.
-      max_q_len (int): host upper bound of every request's draft count (<= 1024).
-      max_kv_len (int): host upper bound of every request's KV rows (prefix + drafts).
+      max_q_len (int): host upper bound of every request's draft count (<= 1024);
+        required (None raises ValueError naming it).
+      max_kv_len (int): host upper bound of every request's KV rows (prefix +
+        drafts); required, likewise.
       return_lse (bool): also produce the natural-log lse ``[total_q, H]`` fp32.
 
     Attributes (read-only properties: the launch is bound to the buffers
@@ -65,8 +67,11 @@ class TreeAttentionPlan:
         ``max_kv_len``, ``kv_layout``, ``v_is_k_prefix``); a copy each time.
 
     Raises:
-      TypeError / ValueError: as the functions above, naming the argument.
+      TypeError / ValueError: as the functions above, naming the argument
+        (``max_q_len`` / ``max_kv_len`` None included).
       NotImplementedError: a configuration this build does not support.
+      ImportError: the compiled extension is missing; RuntimeError: CUDA
+        errors (no device, from the extension).
     """
 
     def __init__(self, q, k, v, qo_indptr, kv_indptr, kv_indices=None, kv_len=None, *,
@@ -75,8 +80,9 @@ class TreeAttentionPlan:
                  max_q_len: int, max_kv_len: int, return_lse: bool = False,
                  num_splits: int = 0):
         return_lse = _as_bool(return_lse, "return_lse")
-        if max_q_len is None or max_kv_len is None:
-            raise ValueError("max_q_len: a plan needs host upper bounds max_q_len and max_kv_len")
+        for name, bound in (("max_q_len", max_q_len), ("max_kv_len", max_kv_len)):
+            if bound is None:
+                raise ValueError(f"{name}: a plan needs host upper bounds max_q_len and max_kv_len")
         paged = _attn._is_paged(kv_indices, kv_len)
         ps, d_vo, scale, mq, mkv = _attn._prepare(
             paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tree_mask,
