@@ -378,6 +378,13 @@ def test_compare_configs_column_and_forced_env(monkeypatch):
     headers, body = report.time_table([row])
     assert headers[2:5] == ["ours paged", "@mla_wgmma_seesaw_tma_mc", "ours flat"], headers
     assert body[0][3] == "180g/210e", body[0]
+    # A tag the plan refused (unknown, or not for this layout): the cell says what ran instead.
+    row["impls"]["ours_paged@mla_typo"] = dict(row["impls"]["ours_paged@mla_wgmma_seesaw_tma_mc"],
+                                                plan="wgmma_bf16_mla_wgmma_seesaw_tma")
+    headers, body = report.time_table([row])
+    i = headers.index("@mla_typo")
+    assert body[0][i] == "180g/210e (ran wgmma_bf16_mla_wgmma_seesaw_tma)", body[0]
+    assert body[0][headers.index("@mla_wgmma_seesaw_tma_mc")] == "180g/210e", body[0]
 
     monkeypatch.delenv("VERIFY_ATTN_FORCE_CONFIG", raising=False)
     v = ours.OursPaged(force_config="mla_x")

@@ -162,14 +162,17 @@ def time_table(rows: List[dict]):
             k = columns[i][0]
             r = row["impls"].get(k)
             if k in ("ours_paged", "ours_flat") or k.startswith("ours_paged@"):
-                cells.append(_ours_cell(r))
+                cells.append(_ours_cell(r, k.split("@", 1)[1] if "@" in k else None))
             else:
                 cells.append(impl_cell(r, mode))
         body.append(cells)
     return headers, body
 
 
-def _ours_cell(r):
+def _ours_cell(r, forced: Optional[str] = None):
+    """Our time; for a forced-configuration column (``forced`` = its tag), the
+    configuration that really ran when the plan refused the tag (an unknown tag,
+    or one that does not serve the row's layout / arch) instead of timing it."""
     if not r or r.get("status") not in ("ok", "wrong"):
         return impl_cell(r)
     g = (r.get("graph") or {}).get("median_us")
@@ -177,6 +180,9 @@ def _ours_cell(r):
     cell = f"{_fmt_us(g)}g/{_fmt_us(e)}e" if g is not None else f"{_fmt_us(e)}e"
     if r.get("status") == "wrong":
         cell += " WRONG"
+    plan = r.get("plan")
+    if forced and isinstance(plan, str) and not plan.endswith("_" + forced):
+        cell += f" (ran {plan})"
     return cell
 
 
