@@ -289,8 +289,9 @@ __global__ void __launch_bounds__(Shape::kThreads, VA_MIN_BLOCKS(Shape))
   for (int i = 0; i < 2; ++i) {
     const int gr = row0 + wm * 16 + g + 8 * i;
     if (gr >= R) continue;
-    const int64_t token = q_start + gr / G;
-    const int h = hk * G + gr % G;
+    const FoldedRow fr = folded_row(q_start, hk, G, gr);
+    const int64_t token = fr.token;
+    const int h = fr.head;
     const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
     const float lse = OnlineSoftmaxRow::lse(sm[i].m, l[i]);
     if (p.num_splits == 1) {

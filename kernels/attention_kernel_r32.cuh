@@ -262,8 +262,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) attention_kernel_r32(const
       float l = 0.f;
 #pragma unroll
       for (int w = 0; w < WD; ++w) l += red_sum[w * M + r];
-      const int64_t token = q_start + gr / G;
-      const int h = hk * G + gr % G;
+      const FoldedRow fr = folded_row(q_start, hk, G, gr);
+      const int64_t token = fr.token;
+      const int h = fr.head;
       const float inv = l > 0.f ? 1.f / l : 0.f;
       const float lse = OnlineSoftmaxRow::lse(sm[mt][i].m, l);
       if (p.num_splits == 1) {

@@ -106,14 +106,12 @@ template <class Shape, typename DT, class Loader>
 va_status launch_one(const KernelParams& kp, const Plan& plan, int dtype, void* stream) {
   if constexpr (!uses_tma<Shape>()) {
     if constexpr (Shape::kWgmma) {
-      // The sm_90a cp.async kernel (page_size 1, flat caches): Q by TMA where
-      // its map can describe q (kernels/sm90/tma_host.h), K by cp.async.
+      // The sm_90a cp.async kernel (page_size 1, flat caches): Q and the
+      // unsplit output by TMA where their maps can describe q / out
+      // (kernels/sm90/tma_host.h), K by cp.async.
       KernelParams kp_q = kp;
-      const va_status qs = encode_q_tmap_checked(&kp_q, dtype);
-      if (qs != VA_OK) return qs;
-      // The unsplit output by TMA stores where the map can describe out.
-      const va_status os = encode_o_tmap_checked(&kp_q, dtype);
-      if (os != VA_OK) return os;
+      const va_status st = encode_q_o_tmaps_checked(&kp_q, dtype);
+      if (st != VA_OK) return st;
       return launch_kernel<Shape, DT, Loader>(kp_q, plan, dtype, stream);
     } else {
       return launch_kernel<Shape, DT, Loader>(kp, plan, dtype, stream);
@@ -129,12 +127,9 @@ va_status launch_one(const KernelParams& kp, const Plan& plan, int dtype, void* 
     KernelParams kp_tma = kp;
     if (encode_k_tmap(&kp_tma, dtype) != VA_OK)
       return launch_config<kCfgMlaWgmmaM64N64PR, Loader>(kp, plan, dtype, stream);
-    // Q by TMA too where its map can describe q (else the consumers copy it).
-    const va_status qs = encode_q_tmap_checked(&kp_tma, dtype);
-    if (qs != VA_OK) return qs;
-    // The unsplit output by TMA stores where the map can describe out.
-    const va_status os = encode_o_tmap_checked(&kp_tma, dtype);
-    if (os != VA_OK) return os;
+    // Q and the unsplit output by TMA too where their maps allow it.
+    const va_status st = encode_q_o_tmaps_checked(&kp_tma, dtype);
+    if (st != VA_OK) return st;
     return launch_kernel<Shape, DT, Loader>(kp_tma, plan, dtype, stream);
   }
 }

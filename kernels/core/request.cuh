@@ -94,6 +94,17 @@ __device__ __forceinline__ int request_tile(const KernelParams& p, const Loader&
   return kRequestRun;
 }
 
+// The token and query head of a request's folded row gr (rows are token-major,
+// the G query heads of KV head hk fastest): token q_start + gr / G, head
+// hk * G + gr % G. Every kernel's Q loads and output / lse / workspace writes.
+struct FoldedRow {
+  int64_t token;
+  int head;
+};
+__device__ __forceinline__ FoldedRow folded_row(int q_start, int hk, int G, int gr) {
+  return {q_start + gr / G, hk * G + gr % G};
+}
+
 // A request whose kv_len < q_len has no defined prefix, or a CTA that met a bad
 // KV index: its rows become NaN (and lse NaN, so a split-K merge turns the
 // whole row NaN). Threads tid = 0 .. nthreads - 1 share the work (by default
@@ -107,8 +118,9 @@ __device__ void write_nan_rows(const KernelParams& p, int q_start, int R, int ro
     const int r = idx / DV, c = idx % DV;
     const int gr = row0 + r;
     if (gr >= R) continue;
-    const int64_t token = q_start + gr / G;
-    const int h = hk * G + gr % G;
+    const FoldedRow fr = folded_row(q_start, hk, G, gr);
+    const int64_t token = fr.token;
+    const int h = fr.head;
     if (p.num_splits > 1) {
       // The partial row too, though the merge turns the row NaN by its lse
       // alone: merge_row loads the first splits' partial rows before their
@@ -129,9 +141,8 @@ __device__ void write_nan_rows(const KernelParams& p, int q_start, int R, int ro
 // q_start + gr / group, query head hk * group + gr % group.
 __device__ __forceinline__ int64_t q_row_offset(const KernelParams& p, const RequestTile& rt, int hk,
                                                 int gr) {
-  const int64_t token = rt.q_start + gr / p.group;
-  return token * p.q_stride_token +
-         static_cast<int64_t>(hk * p.group + gr % p.group) * p.q_stride_head;
+  const FoldedRow fr = folded_row(rt.q_start, hk, p.group, gr);
+  return fr.token * p.q_stride_token + static_cast<int64_t>(fr.head) * p.q_stride_head;
 }
 
 // The portable kernels' Q tile: M folded rows from row0 into padded shared

@@ -330,8 +330,9 @@ __device__ __forceinline__ void write_rows(const KernelParams& p, const RequestT
   for (int h = 0; h < 2; ++h) {
     const int gr = rc.row0 + my_row[h];
     if (gr >= rc.R) continue;
-    const int64_t token = rc.q_start + gr / G;
-    const int head = hk * G + gr % G;
+    const FoldedRow fr = folded_row(rc.q_start, hk, G, gr);
+    const int64_t token = fr.token;
+    const int head = fr.head;
     const float inv = lsum[h] > 0.f ? 1.f / lsum[h] : 0.f;
     const float lse = OnlineSoftmaxRow::lse(m[h], lsum[h]);
     if (p.num_splits == 1) {
@@ -393,10 +394,8 @@ __device__ __forceinline__ void write_rows_tma(const KernelParams& p, const Requ
   if (p.lse != nullptr && w == 0 && t4 == 0) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int gr = rc.row0 + my_row[h];
-      const int64_t token = rc.q_start + gr / G;
-      const int head = hk * G + gr % G;
-      p.lse[token * p.lse_stride_token + head * p.lse_stride_head] =
+      const FoldedRow fr = folded_row(rc.q_start, hk, G, rc.row0 + my_row[h]);
+      p.lse[fr.token * p.lse_stride_token + fr.head * p.lse_stride_head] =
           OnlineSoftmaxRow::lse(m[h], lsum[h]);
     }
   }

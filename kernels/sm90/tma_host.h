@@ -193,6 +193,15 @@ inline va_status encode_o_tmap_checked(KernelParams* kp, int dtype) {
                  static_cast<long long>(kp->out_stride_head));
 }
 
+// Both sm_90a MLA kernels: Q by TMA where its map can describe q (else the
+// consumers copy it with cp.async), the unsplit output by TMA stores where
+// the map can describe out (else from registers); each with its REQUIRE knob.
+inline va_status encode_q_o_tmaps_checked(KernelParams* kp, int dtype) {
+  const va_status qs = encode_q_tmap_checked(kp, dtype);
+  if (qs != VA_OK) return qs;
+  return encode_o_tmap_checked(kp, dtype);
+}
+
 }  // namespace verify_attn
 
 #endif  // VERIFY_ATTN_SM90_TMA_HOST_H_
