@@ -30,6 +30,18 @@
 namespace verify_attn {
 namespace sm90 {
 
+// Coordinates {head, token} of the box holding a CTA's 64 folded rows in the
+// q and out maps (kernels/sm90/tma_host.h, encode_folded_rows_map: boxes of
+// min(G, 64) heads x max(64 / G, 1) tokens). KV head 0's heads only: the host
+// encodes those maps for num_kv_heads == 1 (MLA).
+struct FoldedRowsBox {
+  int head0;
+  int token0;
+};
+__device__ __forceinline__ FoldedRowsBox folded_rows_box(const RequestTile& rt, int G) {
+  return {G >= 64 ? rt.row0 % G : 0, rt.q_start + rt.row0 / G};
+}
+
 // The CTA's Q tile (64 folded rows x 9 column blocks) by TMA, completing
 // q_full by its transaction bytes; one thread of the producer warpgroup, first
 // thing (p.q_tma: the map of kernels/sm90/tma_host.h, encode_q_tmap, whose box
@@ -37,14 +49,11 @@ namespace sm90 {
 // the next request's (zeros past total_q): masked, never written.
 __device__ __forceinline__ void issue_q_tile(const KernelParams& p, const RequestTile& rt,
                                              unsigned char* sQ, uint64_t* q_full) {
-  // KV head 0's heads only: the host encodes the map for num_kv_heads == 1 (MLA).
-  const int G = p.group;
-  const int head0 = G >= 64 ? rt.row0 % G : 0;
-  const int token0 = rt.q_start + rt.row0 / G;
+  const FoldedRowsBox box = folded_rows_box(rt, p.group);
   mbar_arrive_expect_tx(q_full, 9 * kBlockBytes);
 #pragma unroll
   for (int b = 0; b < 9; ++b)
-    tma_load_block(sQ + b * kBlockBytes, p.q_tmap, q_full, b * kBlockCols, head0, token0);
+    tma_load_block(sQ + b * kBlockBytes, p.q_tmap, q_full, b * kBlockCols, box.head0, box.token0);
 }
 
 // Q (the CTA's 64 folded rows x 576) into shared memory as 9 swizzled blocks
@@ -384,11 +393,10 @@ __device__ __forceinline__ void write_rows_tma(const KernelParams& p, const Requ
   fence_proxy_async();  // the staged blocks -> the copy engine
   named_barrier_sync(bar, 128);
   if (wtid == 0) {
-    const int head0 = G >= 64 ? rc.row0 % G : 0;  // the box of issue_q_tile
-    const int token0 = rc.q_start + rc.row0 / G;
+    const FoldedRowsBox box = folded_rows_box(rc, G);
 #pragma unroll
     for (int j = 0; j < 4; ++j)
-      tma_store_block(p.o_tmap, stage + j * kBlockBytes, w * 256 + 64 * j, head0, token0);
+      tma_store_block(p.o_tmap, stage + j * kBlockBytes, w * 256 + 64 * j, box.head0, box.token0);
     bulk_commit_group();
   }
   if (p.lse != nullptr && w == 0 && t4 == 0) {
