@@ -8,7 +8,8 @@
 // 4-8 (C1 after P_A V_A[:, R]); stage 1 (tile B) blocks 0-3 and 8 (C0 after
 // P_B V_B[:, L]) and 4-7 (C1 after P_B V_B[:, R]). Producer warp g issues
 // group g: it reads the tile's page (kernels/loaders: one page-table read),
-// waits on k_empty[g], and its lane 0 issues the group's copies, each block
+// waits on k_empty[g], and its lane 0 issues the group's copies (L2
+// evict_first, kernels/sm90/tma.cuh), each block
 // completing full_bar[stage][block] by its transaction bytes; lane 0 of warps
 // 0 and 2 then checks their stage's tile (a bad KV index sets *s_bad_kv, as
 // the other kernels flag it). A bad page is copied from
@@ -63,8 +64,9 @@ __device__ __forceinline__ void issue_k_tiles(const KernelParams& p, const Reque
       for (int b = 0; b < KB; ++b) {
         if (group_has_block(g, b)) {
           mbar_arrive_expect_tx(&full_bar[h][b], kBlockBytes);
-          tma_load_block(sK + h * Shape::kKTileBytes + b * kBlockBytes, p.k_tmap, &full_bar[h][b],
-                         b * kBlockCols, slot, page);
+          tma_load_block</*kEvictFirst=*/true>(sK + h * Shape::kKTileBytes + b * kBlockBytes,
+                                               p.k_tmap, &full_bar[h][b], b * kBlockCols, slot,
+                                               page);
         }
       }
       // The tile through the loader's checks (a slot past the request's

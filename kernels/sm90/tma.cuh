@@ -27,13 +27,28 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t by
 
 // Box {c0 .. c0 + 63 (columns), c1 .. c1 + 63 (slots of a page), page c2} of
 // the 3-D map [page][slot][column] into `dst` (1024-byte aligned).
+// kEvictFirst: with an L2 evict_first cache policy ("createpolicy",
+// ".L2::cache_hint"; PTX ISA 8.0), as FlashMLA's sm_90 kernel copies its K
+// tiles (CacheHintSm90::EVICT_FIRST); the K copies use it (H200, BENCHMARKS
+// session 15: B1 H16 T64 L32k -5%, B32 H16 T16 L4k -3..-4%, 12 of 14 MLA rows
+// faster, B16 H16 T64 L32k +2%), the Q tile's copies do not.
+template <bool kEvictFirst = false>
 __device__ __forceinline__ void tma_load_block(void* dst, const void* tmap, uint64_t* bar, int c0,
                                                int c1, int c2) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
-      : "memory");
+  if constexpr (kEvictFirst) {
+    asm volatile(
+        "{\n.reg .b64 pol;\ncreatepolicy.fractional.L2::evict_first.b64 pol, 1.0;\n"
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        ".L2::cache_hint [%0], [%1, {%2, %3, %4}], [%5], pol;\n}\n" ::"r"(smem_addr(dst)),
+        "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
+        : "memory");
+  } else {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(smem_addr(dst)),
+        "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
+        : "memory");
+  }
 }
 
 // The 64 x 64 block at `src` (1024-byte aligned, in the map's swizzle) to box
