@@ -9,7 +9,7 @@
 // P_B V_B[:, L]) and 4-7 (C1 after P_B V_B[:, R]). Producer warp g issues
 // group g: it reads the tile's page (kernels/loaders: one page-table read),
 // waits on k_empty[g], and its lane 0 issues the group's copies (L2
-// evict_first, kernels/sm90/tma.cuh), each block
+// evict_first for ranges up to kEvictFirstMaxTiles, kernels/sm90/tma.cuh), each block
 // completing full_bar[stage][block] by its transaction bytes; lane 0 of warps
 // 0 and 2 then checks their stage's tile (a bad KV index sets *s_bad_kv, as
 // the other kernels flag it). A bad page is copied from
@@ -29,6 +29,7 @@ namespace verify_attn {
 namespace sm90 {
 namespace seesaw {
 
+constexpr int kEvictFirstMaxTiles = 256;
 constexpr int kGroupA0 = 0, kGroupA1 = 1, kGroupB0 = 2, kGroupB1 = 3;
 __host__ __device__ constexpr int group_stage(int g) { return g >> 1; }
 __host__ __device__ constexpr bool group_has_block(int g, int b) {
@@ -49,6 +50,12 @@ __device__ __forceinline__ void issue_k_tiles(const KernelParams& p, const Reque
   const int n_tiles = rt.tile_end - rt.tile_begin;
   const int n_pairs = (n_tiles + 1) >> 1;  // the last one without tile B when n_tiles is odd
   const int g = wtid >> 5, lane = wtid & 31, h = group_stage(g);
+  // L2 evict_first on the K copies only for short tile ranges: the CTAs that
+  // share a split's tiles (its row tiles) drift apart over a long range, and
+  // a line evicted first is then read from DRAM again (H200, BENCHMARKS
+  // session 16: evict_first everywhere cost B16 H16 T64 L32k, 512 tiles per
+  // CTA, and B4 H16 T64 L128k, 1,024, 1-2%; ranges of <= 64 tiles gained 3-6%).
+  const bool evict_first = n_tiles <= kEvictFirstMaxTiles;
   for (int u = 0; u < n_pairs; ++u) {
     const int i = 2 * u + h;  // this stage's tile of pair u
     // An odd count's last pair has no tile B: the consumers read none
@@ -64,9 +71,13 @@ __device__ __forceinline__ void issue_k_tiles(const KernelParams& p, const Reque
       for (int b = 0; b < KB; ++b) {
         if (group_has_block(g, b)) {
           mbar_arrive_expect_tx(&full_bar[h][b], kBlockBytes);
-          tma_load_block</*kEvictFirst=*/true>(sK + h * Shape::kKTileBytes + b * kBlockBytes,
-                                               p.k_tmap, &full_bar[h][b], b * kBlockCols, slot,
-                                               page);
+          unsigned char* dst = sK + h * Shape::kKTileBytes + b * kBlockBytes;
+          if (evict_first)
+            tma_load_block</*kEvictFirst=*/true>(dst, p.k_tmap, &full_bar[h][b], b * kBlockCols,
+                                                 slot, page);
+          else
+            tma_load_block</*kEvictFirst=*/false>(dst, p.k_tmap, &full_bar[h][b], b * kBlockCols,
+                                                  slot, page);
         }
       }
       // The tile through the loader's checks (a slot past the request's
