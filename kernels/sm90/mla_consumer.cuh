@@ -96,13 +96,22 @@ __device__ __forceinline__ void acquire_q_tile(unsigned char* sQ, const KernelPa
 // quad-reduced and scaled to base 2 (scale_log2 > 0, the C-ABI checks it, so
 // max and scaling commute). The scores stay unscaled: each exponent is one
 // FFMA, s * scale_log2 - base.
-template <int N>
+// A compile-time flag for the pair loops' two copies
+// (kernels/sm90/mla_seesaw_kernel.cuh): false on prefix-only tile pairs.
+template <bool B>
+struct Masked {
+  static constexpr bool value = B;
+};
+
+// kMayMask = false: the caller knows the tile is prefix-only (no mask code
+// is emitted, so a loop over such tiles stays compact).
+template <int N, bool kMayMask = true>
 __device__ __forceinline__ void mask_scores(float (&s)[32], const KernelParams& p,
                                             const RequestTile& rc, const RequestMask& rmask,
                                             const int (&my_row)[2], int t4, int tile, float (&mx)[2]) {
   mx[0] = mx[1] = -INFINITY;
   const int j0 = (rc.tile_begin + tile) * N;
-  if (rmask.tile_needs_mask(j0, N)) {
+  if (kMayMask && rmask.tile_needs_mask(j0, N)) {
     RowMask rows[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
