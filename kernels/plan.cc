@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <cstdio>
 
 #include "kernels/status.h"
@@ -210,8 +211,22 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
   }
   int chosen = -1;
   // Tuning knob (benchmarks only): VERIFY_ATTN_FORCE_CONFIG=<tag> (e.g.
-  // mla_m64n32_w8_s2) puts that configuration first when it serves this layout.
-  if (const char* force = std::getenv("VERIFY_ATTN_FORCE_CONFIG")) {
+  // mla_m64n32_w8_s2) puts that configuration first when it serves this layout
+  // (else the usual choice runs); a tag that names no configuration is an
+  // error, not silently the usual choice. Empty: unset.
+  const char* force = std::getenv("VERIFY_ATTN_FORCE_CONFIG");
+  if (force && *force) {
+    bool known = false;
+    std::string tags;
+    for (int id = 0; id < kNumConfigs; ++id) {
+      known = known || std::strcmp(kDescs[id].tag, force) == 0;
+      tags += (id ? ", " : "") + std::string(kDescs[id].tag);
+    }
+    if (!known)
+      return va_fail(VA_ERR_INVALID_VALUE,
+                     "VERIFY_ATTN_FORCE_CONFIG: unknown configuration tag '%.64s' (unset it or "
+                     "name one of: %s)",
+                     force, tags.c_str());
     for (int id = 0; id < kNumConfigs; ++id) {
       const ConfigDesc& fd = kDescs[id];
       const bool serves = mla ? std::strncmp(fd.tag, "mla", 3) == 0

@@ -181,6 +181,22 @@ int main() {
     const va::DeviceInfo tiny{0, 86, 84, 48 * 1024};
     CHECK(va::make_plan(p, tiny, &plan) == VA_ERR_UNSUPPORTED, "48 KB device must be unsupported");
   }
+  // The tuning knob: a tag that names no configuration is an error naming the
+  // variable and the known tags; an empty value is unset.
+  {
+    va_params p = shape(true, 576, 16, 1, 1, 16, 4096);
+    va::Plan plan;
+    setenv("VERIFY_ATTN_FORCE_CONFIG", "mla_m64n32_w8_s3", 1);
+    CHECK(va::make_plan(p, sm90, &plan) == VA_ERR_INVALID_VALUE, "unknown forced tag must fail");
+    const std::string msg = va_last_error_message();
+    CHECK(msg.find("VERIFY_ATTN_FORCE_CONFIG") != std::string::npos &&
+              msg.find("'mla_m64n32_w8_s3'") != std::string::npos &&
+              msg.find("mla_m64n32_w8_s2") != std::string::npos,
+          "unknown forced tag message: %s", msg.c_str());
+    setenv("VERIFY_ATTN_FORCE_CONFIG", "", 1);
+    CHECK(va::make_plan(p, sm90, &plan) == VA_OK, "empty forced tag: %s", va_last_error_message());
+    unsetenv("VERIFY_ATTN_FORCE_CONFIG");
+  }
   // The work list the launch grid stands for covers every (request, row tile,
   // KV tile) exactly once, every output row once, and stays inside the
   // workspace: random ragged length mixes, tree and causal, both archs.
