@@ -101,6 +101,15 @@ def test_check_errors_before_any_launch_is_a_no_op():
 # debug flag
 
 
+@pytest.mark.parametrize("value", ["false", "no", 1, 0, None])
+def test_set_debug_refuses_non_bool(value):
+    """set_debug("false") used to turn debug on (truthiness)."""
+    before = errors.debug_enabled()
+    with pytest.raises(TypeError, match=r"^enabled: expected a bool"):
+        verify_attn.set_debug(value)
+    assert errors.debug_enabled() == before
+
+
 def test_set_debug_toggles():
     before = errors.debug_enabled()
     try:

@@ -298,3 +298,89 @@ def test_paged_reference_kv_len_of_wrong_length_names_kv_len():
 def test_reference_sm_scale_named(value, exc, match):
     with pytest.raises(exc, match=match):
         _paged(_paged_case(), causal=True, sm_scale=value)
+
+
+# ---------------------------------------------------------------------------
+# second new-user review (session 16): inputs the reference used to take
+# silently (a wrapped-around page list, a dense bool mask read as bit words)
+# or refused with another library's error
+
+
+def _i32(*a):
+    return torch.tensor(a, dtype=torch.int32)
+
+
+def test_gather_negative_kv_indptr_start_is_refused():
+    """kv_indptr[0] = -2 used to read kv_indices[-2:] (Python's negative index)."""
+    c = torch.arange(96.0).view(12, 1, 8)
+    with pytest.raises(ValueError, match=r"^kv_indptr: must start at >= 0, got kv_indptr\[0\] = -2"):
+        gather_paged_kv(c, _i32(-2, 0), _i32(1, 3), _i32(5), page_size=3)
+    a = _paged_case()
+    a["kv_indptr"] = _i32(-1, 2, 4)
+    with pytest.raises(ValueError, match=r"^kv_indptr: must start at >= 0"):
+        _paged(a, causal=True)
+    with pytest.raises(ValueError, match=r"^kv_indptr: must start at >= 0"):
+        reference_attention_bruteforce(a["q"], a["k_cache"], a["v_cache"], a["qo_indptr"], a["kv_indptr"],
+                                       kv_indices=a["kv_indices"], kv_len=a["kv_len"], causal=True)
+    # the valid page list still gathers the right rows: page 1 then page 3 of 3 slots
+    flat, ind = gather_paged_kv(c, _i32(0, 2), _i32(1, 3), _i32(5), page_size=3)
+    assert ind.tolist() == [0, 5]
+    assert [int(x) // 8 for x in flat[:, 0, 0]] == [3, 4, 5, 9, 10]
+
+
+def test_gather_kv_indptr_past_kv_indices_is_refused():
+    c = torch.arange(96.0).view(12, 1, 8)
+    with pytest.raises(ValueError, match=r"^kv_indptr: last value 3 exceeds the 2 page ids of kv_indices"):
+        gather_paged_kv(c, _i32(0, 3), _i32(1, 3), _i32(5), page_size=3)
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.float32, torch.int64, torch.uint8])
+def test_reference_tree_mask_must_be_compact_words(dtype):
+    """A dense bool [q, q] mask used to be read as bit words (a silently different mask)."""
+    q = torch.randn(3, 4, 64, dtype=torch.float64)
+    k = torch.randn(20, 1, 64, dtype=torch.float64)
+    dense = torch.ones(3, 3, dtype=torch.bool).tril().to(dtype)
+    with pytest.raises(TypeError, match=r"^tree_mask: expected dtype torch.int32 \(bit pattern\) or torch.uint32"):
+        reference_attention_flat(q, k, k, _i32(0, 3), _i32(0, 8), tree_mask=dense)
+    with pytest.raises(TypeError, match=r"^tree_mask: expected dtype"):
+        reference_attention_bruteforce(q, k, k, _i32(0, 3), _i32(0, 8), tree_mask=dense)
+    # the compact form of the same mask is what causal=True computes
+    a, _ = reference_attention_flat(q, k, k, _i32(0, 3), _i32(0, 8), tree_mask=masks.from_dense(
+        [torch.ones(3, 3, dtype=torch.bool).tril()], _i32(0, 3)))
+    b, _ = reference_attention_flat(q, k, k, _i32(0, 3), _i32(0, 8), causal=True)
+    assert torch.equal(a, b)
+
+
+def test_negative_kv_len_names_kv_len():
+    c = torch.arange(96.0).view(12, 1, 8)
+    with pytest.raises(ValueError, match=r"^kv_len: request 0 has kv_len -1 < 0"):
+        gather_paged_kv(c, _i32(0, 2), _i32(1, 3), _i32(-1), page_size=3)
+    # a request with no drafts and kv_len -1: reported against kv_len, not an internal kv_indptr
+    q = torch.randn(2, 2, 8, dtype=torch.float64)
+    cache = torch.randn(12, 1, 8, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"^kv_len: request 1 has kv_len -1 < 0"):
+        reference_attention_paged(q, cache, cache, _i32(0, 2, 2), _i32(0, 1, 1), _i32(1), _i32(3, -1),
+                                  page_size=3, tree_mask=masks.from_parents(_i32(-1, 0), _i32(0, 2, 2)))
+
+
+def test_reference_argument_types_and_shapes_named():
+    q = torch.randn(3, 2, 8, dtype=torch.float64)
+    k = torch.randn(5, 1, 8, dtype=torch.float64)
+    qo, kv = _i32(0, 3), _i32(0, 5)
+    with pytest.raises(TypeError, match=r"^q: expected a torch.Tensor, got list"):
+        reference_attention_flat(q.tolist(), k, k, qo, kv, causal=True)
+    with pytest.raises(ValueError, match=r"^k: head dim 6 != q's D_qk 8"):
+        reference_attention_flat(q, k[..., :6], k[..., :6], qo, kv, causal=True)
+    with pytest.raises(ValueError, match=r"^v: shape \(4, 1, 8\) does not match k's rows"):
+        reference_attention_flat(q, k, k[:4], qo, kv, causal=True)
+    with pytest.raises(TypeError, match=r"^kv_indptr: expected an integer dtype, got torch.float32"):
+        reference_attention_flat(q, k, k, qo, kv.float(), causal=True)
+    c = torch.arange(96.0).view(12, 1, 8)
+    with pytest.raises(ValueError, match=r"^kv_indices: expected 1 dimension\(s\), got shape \(1, 2\)"):
+        gather_paged_kv(c, _i32(0, 2), _i32(1, 3).view(1, 2), _i32(5), page_size=3)
+    with pytest.raises(TypeError, match=r"^kv_indices: expected an integer dtype, got torch.float32"):
+        gather_paged_kv(c, _i32(0, 2), torch.tensor([1.0, 3.0]), _i32(5), page_size=3)
+    with pytest.raises(TypeError, match=r"^page_size: expected an integer, got float 2.5"):
+        gather_paged_kv(c, _i32(0, 2), _i32(1, 3), _i32(5), page_size=2.5)
+    with pytest.raises(TypeError, match=r"^page_size: expected an integer, got float 2.5"):
+        _paged(_paged_case(), causal=True, page_size=2.5)

@@ -2,9 +2,16 @@
 float64 reference (reference.py): one rule and one message each, so a bad
 ``qo_indptr``, ``kv_indptr`` or ``tree_mask`` reads the same wherever it is
 refused. The lists are already on the host (``tolist()``); every error is a
-ValueError whose message starts with the argument's name."""
+ValueError (TypeError for a wrong type) whose message starts with the
+argument's name."""
 
 from typing import Optional, Sequence
+
+import torch
+
+_UINT32 = getattr(torch, "uint32", None)
+# The compact tree mask's words: int32 (the bit pattern) or uint32.
+MASK_DTYPES = (torch.int32,) + ((_UINT32,) if _UINT32 is not None else ())
 
 
 def check_qo_indptr(qo: Sequence[int], total_q: int) -> None:
@@ -41,3 +48,14 @@ def check_tree_mask_shape(tree_mask, total_q: int) -> None:
     the draft counts elsewhere)."""
     if tree_mask.dim() != 2 or tree_mask.shape[0] != total_q or tree_mask.shape[1] < 1:
         raise ValueError(f"tree_mask: expected shape [total_q={total_q}, W >= 1], got {tuple(tree_mask.shape)}")
+
+
+def check_tree_mask_dtype(tree_mask) -> None:
+    """A tree mask is a tensor of int32 (bit pattern) or uint32 words (TypeError);
+    a dense bool / float mask is not one (:mod:`verify_attn.masks` converts)."""
+    if not isinstance(tree_mask, torch.Tensor):
+        raise TypeError(f"tree_mask: expected a torch.Tensor, got {type(tree_mask).__name__}")
+    if tree_mask.dtype not in MASK_DTYPES:
+        raise TypeError(
+            f"tree_mask: expected dtype torch.int32 (bit pattern) or torch.uint32, got {tree_mask.dtype}"
+        )

@@ -61,7 +61,7 @@ import torch
 
 from . import errors as _errors
 from ._args import as_bool, as_float, as_int
-from ._checks import check_kv_indptr, check_qo_indptr, check_tree_mask_shape
+from ._checks import check_kv_indptr, check_qo_indptr, check_tree_mask_dtype, check_tree_mask_shape
 
 __all__ = [
     "tree_attention_flat",
@@ -81,8 +81,6 @@ _KV_FLAT = 0
 _KV_PAGED = 1
 
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16)
-_UINT32 = getattr(torch, "uint32", None)
-_MASK_DTYPES = (torch.int32,) + ((_UINT32,) if _UINT32 is not None else ())
 
 TensorOrPair = Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]
 
@@ -146,11 +144,7 @@ def _check_dtypes(names, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree
         if t.dtype != torch.int32:
             raise TypeError(f"{n}: expected dtype torch.int32, got {t.dtype}")
     if tree_mask is not None:
-        _check_tensor(tree_mask, "tree_mask")
-        if tree_mask.dtype not in _MASK_DTYPES:
-            raise TypeError(
-                f"tree_mask: expected dtype torch.int32 (bit pattern) or torch.uint32, got {tree_mask.dtype}"
-            )
+        check_tree_mask_dtype(tree_mask)
     if out is not None:
         _check_tensor(out, "out")
         if out.dtype != q.dtype:

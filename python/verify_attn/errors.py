@@ -50,6 +50,8 @@ import threading
 import warnings
 from typing import Dict, List, Optional, Sequence
 
+from ._args import as_bool
+
 __all__ = [
     "ERR_KV_INDEX",
     "ERR_KV_SHORT",
@@ -348,9 +350,13 @@ def set_debug(enabled: bool = True) -> None:
 
     Also enabled by the environment variable ``VERIFY_ATTN_DEBUG=1`` at import.
     Skipped during CUDA graph capture and ``torch.compile`` tracing.
+
+    Raises:
+      TypeError: ``enabled`` not a bool (``set_debug("false")`` would otherwise
+      turn it on).
     """
     global _debug
-    _debug = bool(enabled)
+    _debug = as_bool(enabled, "enabled")
 
 
 def debug_enabled() -> bool:

@@ -26,7 +26,7 @@ import torch
 
 from . import masks as _masks
 from ._args import as_float, as_int
-from ._checks import check_kv_indptr, check_qo_indptr, check_tree_mask_shape
+from ._checks import check_kv_indptr, check_qo_indptr, check_tree_mask_dtype, check_tree_mask_shape
 
 __all__ = [
     "gather_paged_kv",
@@ -36,15 +36,42 @@ __all__ = [
 ]
 
 
+def _tensor(x, name: str, dim: Optional[int] = None) -> torch.Tensor:
+    """``x`` if it is a tensor (else TypeError) of ``dim`` dimensions (else ValueError)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+    if dim is not None and x.dim() != dim:
+        raise ValueError(f"{name}: expected {dim} dimension(s), got shape {tuple(x.shape)}")
+    return x
+
+
+def _index_tensor(x, name: str) -> torch.Tensor:
+    """A 1-D integer tensor (any integer dtype: the reference is not the C-ABI)."""
+    _tensor(x, name, dim=1)
+    if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+        raise TypeError(f"{name}: expected an integer dtype, got {x.dtype}")
+    return x
+
+
+def _check_kv_len_nonnegative(lens) -> None:
+    """``kv_len [B]`` (host list) has no negative entry."""
+    bad = next((i for i, x in enumerate(lens) if x < 0), None)
+    if bad is not None:
+        raise ValueError(f"kv_len: request {bad} has kv_len {lens[bad]} < 0")
+
+
 def _page_view(cache: torch.Tensor, page_size: Optional[int], name: str) -> Tuple[torch.Tensor, int]:
     """[num_pages, page_size, Hkv, D] or [slots, Hkv, D] -> ([num_pages*page_size, Hkv, D], page_size)."""
+    _tensor(cache, name)
+    if page_size is not None:
+        page_size = as_int(page_size, "page_size")
     if cache.dim() == 4:
         ps = cache.shape[1]
-        if page_size is not None and int(page_size) != ps:
+        if page_size is not None and page_size != ps:
             raise ValueError(f"page_size: {page_size} does not match {name}.shape[1] = {ps}")
         return cache.reshape(-1, cache.shape[2], cache.shape[3]), ps
     if cache.dim() == 3:
-        ps = 1 if page_size is None else int(page_size)
+        ps = 1 if page_size is None else page_size
         if ps < 1:
             raise ValueError(f"page_size: must be >= 1, got {ps}")
         usable = (cache.shape[0] // ps) * ps
@@ -78,17 +105,26 @@ def gather_paged_kv(
       device, same dtype as ``cache``.
 
     Raises:
-      ValueError: a request needs more pages than ``kv_indptr`` gives it, or a
-      page id out of range. Host sync.
+      TypeError: an argument not a tensor, an index array not of an integer
+      dtype, ``page_size`` not an integer.
+      ValueError: an index array not 1-D, ``kv_indptr`` not ``[B + 1]``,
+      starting below 0, decreasing or past ``kv_indices``, a negative
+      ``kv_len``, a request needing more pages than ``kv_indptr`` gives it, or
+      a page id out of range; each message starts with the argument's name.
+      Host sync.
     """
     rows, ps = _page_view(cache, page_size, "cache")
     device = cache.device
+    for t, n in ((kv_indptr, "kv_indptr"), (kv_indices, "kv_indices"), (kv_len, "kv_len")):
+        _index_tensor(t, n)
+    B = kv_len.numel()
+    if kv_indptr.numel() != B + 1:
+        raise ValueError(f"kv_indptr: expected shape [{B + 1}], got {tuple(kv_indptr.shape)}")
+    _check_kv_len_nonnegative(kv_len.tolist())
+    check_kv_indptr(kv_indptr.tolist(), kv_indices.numel(), "page ids of kv_indices")
     ind = kv_indptr.to(device=device, dtype=torch.int64)
     idx = kv_indices.to(device=device, dtype=torch.int64)
     lens = kv_len.to(device=device, dtype=torch.int64)
-    B = lens.numel()
-    if ind.numel() != B + 1:
-        raise ValueError(f"kv_indptr: expected shape [{B + 1}], got {tuple(ind.shape)}")
     flat_indptr = torch.zeros(B + 1, dtype=torch.int64, device=device)
     flat_indptr[1:] = torch.cumsum(lens, 0)
     total = int(flat_indptr[-1])
@@ -139,11 +175,10 @@ def _check_index_lists(qo, kvp, total_q, kv_rows):
     check_kv_indptr(kvp, kv_rows, "KV rows")
 
 
-def _check_tree_mask_shape(tree_mask, total_q):
+def _check_tree_mask(tree_mask, total_q):
     if tree_mask is None:
         return
-    if not isinstance(tree_mask, torch.Tensor):
-        raise TypeError(f"tree_mask: expected a torch.Tensor, got {type(tree_mask).__name__}")
+    check_tree_mask_dtype(tree_mask)
     check_tree_mask_shape(tree_mask, total_q)
 
 
@@ -181,8 +216,11 @@ def reference_attention_flat(
 
     Raises:
       TypeError: ``sm_scale`` not a number, ``head_dim_vo`` not an integer,
-      ``tree_mask`` not a tensor.
-      ValueError: inconsistent shapes (``qo_indptr`` not starting at 0,
+      ``q`` / ``k`` / ``v`` / an index array not a tensor, an index array not
+      of an integer dtype, ``tree_mask`` not an int32 / uint32 tensor (a dense
+      bool mask is not a compact one: :func:`verify_attn.masks.from_dense`).
+      ValueError: inconsistent shapes (``k``'s head dim not ``q``'s, ``v``'s
+      rows or heads not ``k``'s, ``qo_indptr`` not starting at 0,
       decreasing or not ending at ``q.shape[0]``; ``kv_indptr`` of another
       length, decreasing or past the KV rows; ``tree_mask`` not
       ``[total_q, W]``), ``kv_len_i < q_len_i``, both/neither of
@@ -190,14 +228,24 @@ def reference_attention_flat(
       with the argument's name.
     """
     _check_mask_mode(tree_mask, causal)
+    _tensor(q, "q")
     if q.dim() != 3:
         raise ValueError(f"q: expected shape [total_q, H, D_qk], got {tuple(q.shape)}")
     total_q, H, d_qk = q.shape
-    _check_tree_mask_shape(tree_mask, total_q)
+    _check_tree_mask(tree_mask, total_q)
+    _tensor(k, "k", dim=3)
     Hkv = k.shape[1]
-    if H % Hkv:
+    if Hkv < 1 or H % Hkv:
         raise ValueError(f"k: {Hkv} KV heads do not divide {H} query heads")
+    if k.shape[2] != d_qk:
+        raise ValueError(f"k: head dim {k.shape[2]} != q's D_qk {d_qk}")
     G = H // Hkv
+    if v is not None:
+        _tensor(v, "v", dim=3)
+        if v.shape[0] != k.shape[0] or v.shape[1] != Hkv:
+            raise ValueError(f"v: shape {tuple(v.shape)} does not match k's rows and KV heads {tuple(k.shape[:2])}")
+    _index_tensor(qo_indptr, "qo_indptr")
+    _index_tensor(kv_indptr, "kv_indptr")
     if v is None:
         d_vo = 512 if head_dim_vo is None else as_int(head_dim_vo, "head_dim_vo")
         if d_vo > k.shape[2]:
@@ -269,15 +317,19 @@ def reference_attention_paged(
     Raises:
       TypeError / ValueError: as :func:`gather_paged_kv` and
       :func:`reference_attention_flat` (a ``qo_indptr`` that does not cover
-      ``q`` included); ``kv_len`` not ``[B]`` and ``kv_len_i < q_len_i`` are
-      reported against ``kv_len``, ``kv_indptr`` not ``[B + 1]`` against
+      ``q`` included); ``kv_len`` not ``[B]``, negative, or ``kv_len_i <
+      q_len_i`` are reported against ``kv_len``, ``kv_indptr`` not ``[B + 1]`` against
       ``kv_indptr`` (``B`` from ``qo_indptr``).
     """
+    _tensor(q, "q")
+    for t, n in ((qo_indptr, "qo_indptr"), (kv_indptr, "kv_indptr"), (kv_indices, "kv_indices"), (kv_len, "kv_len")):
+        _index_tensor(t, n)
     B = qo_indptr.numel() - 1
     if kv_len.dim() != 1 or kv_len.numel() != B:
         raise ValueError(f"kv_len: expected shape [{B}] (batch size, from qo_indptr), got {tuple(kv_len.shape)}")
     if kv_indptr.dim() != 1 or kv_indptr.numel() != B + 1:
         raise ValueError(f"kv_indptr: expected shape [{B + 1}] (like qo_indptr), got {tuple(kv_indptr.shape)}")
+    _check_kv_len_nonnegative(kv_len.tolist())
     ql = (qo_indptr[1:] - qo_indptr[:-1]).to("cpu", torch.int64)
     kl = kv_len.to("cpu", torch.int64)
     if ql.numel() == kl.numel():
@@ -320,7 +372,9 @@ def reference_attention_bruteforce(
     formulas. float64. Returns ``(out, lse)``.
     """
     _check_mask_mode(tree_mask, causal)
+    _tensor(q, "q", dim=3)
     total_q, H, d_qk = q.shape
+    _check_tree_mask(tree_mask, total_q)
     paged = kv_indices is not None
     if paged:
         if k.dim() == 4:
@@ -328,18 +382,26 @@ def reference_attention_bruteforce(
             kk = k.reshape(-1, k.shape[2], k.shape[3])
             vv = None if v is None else v.reshape(-1, v.shape[2], v.shape[3])
         else:
-            ps = 1 if page_size is None else int(page_size)
+            ps = 1 if page_size is None else as_int(page_size, "page_size")
             kk, vv = k, v
     else:
         kk, vv = k, v
     Hkv = kk.shape[1]
     G = H // Hkv
-    d_vo = (512 if head_dim_vo is None else int(head_dim_vo)) if v is None else vv.shape[2]
+    d_vo = (512 if head_dim_vo is None else as_int(head_dim_vo, "head_dim_vo")) if v is None else vv.shape[2]
     scale = 1.0 / math.sqrt(d_qk) if sm_scale is None else as_float(sm_scale, "sm_scale")
     qo = [int(x) for x in qo_indptr.tolist()]
     kvp = [int(x) for x in kv_indptr.tolist()]
     idx = [int(x) for x in kv_indices.tolist()] if paged else None
     lens = [int(x) for x in kv_len.tolist()] if paged else None
+    if paged:
+        if len(qo) != len(kvp):
+            raise ValueError(f"kv_indptr: length {len(kvp)} != qo_indptr length {len(qo)}")
+        check_qo_indptr(qo, total_q)
+        check_kv_indptr(kvp, len(idx), "page ids of kv_indices")
+        _check_kv_len_nonnegative(lens)
+    else:
+        _check_index_lists(qo, kvp, total_q, kk.shape[0])
     words = None
     if tree_mask is not None:
         words = [[int(w) & 0xFFFFFFFF for w in row] for row in tree_mask.to(torch.int64).tolist()]
