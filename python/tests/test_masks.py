@@ -453,3 +453,60 @@ def test_from_parents_validate_must_be_a_bool(value):
     with pytest.raises(TypeError, match=r"^validate: expected a bool, got "):
         masks.from_parents(torch.tensor([-1, 0]), _qo(2), validate=value)
     assert masks.from_parents(torch.tensor([-1, 0]), _qo(2), validate=np.bool_(False), max_q_len=2).shape == (2, 1)
+
+
+# ---------------------------------------------------------------------------
+# second new-user review (session 16)
+
+
+@pytest.mark.parametrize("kind", ["eagle", "ddtree"])
+@pytest.mark.parametrize("topk", [0, -2])
+def test_random_parents_topk_below_one_is_refused(kind, topk):
+    """eagle with topk 0 used to loop forever; ddtree raised a bare IndexError."""
+    with pytest.raises(ValueError, match=r"^topk: must be >= 1"):
+        masks.random_parents(kind, 5, topk=topk)
+
+
+def test_random_parents_argument_types_and_unknown_kind():
+    with pytest.raises(ValueError, match=r"^kind: unknown tree kind 'bogus'"):
+        masks.random_parents("bogus", 0)  # also for an empty tree
+    with pytest.raises(TypeError, match=r"^n: expected an integer"):
+        masks.random_parents("chain", 2.5)
+    with pytest.raises(TypeError, match=r"^topk: expected an integer"):
+        masks.random_parents("eagle", 4, topk="2")
+    assert masks.random_parents("chain", 3) == [-1, 0, 1]
+    assert masks.random_parents("eagle", 1, topk=1) == [-1]
+
+
+@pytest.mark.parametrize("value,exc,match", [
+    ("40", TypeError, r"^max_q_len: expected an integer"),
+    (2.7, TypeError, r"^max_q_len: expected an integer"),
+    (True, TypeError, r"^max_q_len: expected an integer"),
+    (None, TypeError, r"^max_q_len: expected an integer"),
+    (-100, ValueError, r"^max_q_len: must be >= 0"),
+])
+def test_mask_words_refuses_non_integers(value, exc, match):
+    with pytest.raises(exc, match=match):
+        masks.mask_words(value)
+
+
+def test_mask_words_values():
+    assert [masks.mask_words(n) for n in (0, 1, 32, 33, 64, 65, 1024)] == [1, 1, 1, 2, 2, 3, 32]
+
+
+def test_empty_batch_round_trips():
+    """A builder's own [0, W] output used to fail in to_dense (reshape of 0 elements with -1)."""
+    qo0 = torch.tensor([0], dtype=torch.int32)
+    assert masks.to_dense(torch.zeros(0, 1, dtype=torch.int32), qo0) == []
+    qo = torch.tensor([0, 0], dtype=torch.int32)
+    bits = masks.from_parents(torch.zeros(0, dtype=torch.int32), qo)
+    assert tuple(bits.shape) == (0, 1)
+    dense = masks.to_dense(bits, qo)
+    assert len(dense) == 1 and tuple(dense[0].shape) == (0, 0)
+
+
+def test_from_parents_unvalidated_rows_without_requests_do_not_crash():
+    """validate=False promises no crash and no out-of-bounds access on bad input."""
+    bits = masks.from_parents(torch.tensor([-1, 0, 1], dtype=torch.int32), torch.tensor([0], dtype=torch.int32),
+                              validate=False, max_q_len=2)
+    assert tuple(bits.shape) == (3, 1)

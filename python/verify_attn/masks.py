@@ -61,8 +61,15 @@ def mask_words(max_q_len: int) -> int:
 
     Returns ``max(1, ceil(max_q_len / 32))`` (at least one word so that the
     mask tensor is never zero-width).
+
+    Raises:
+      TypeError: ``max_q_len`` not an integer (``as_int``: no str, float or bool).
+      ValueError: ``max_q_len`` negative.
     """
-    return max(1, (int(max_q_len) + 31) // 32)
+    max_q_len = as_int(max_q_len, "max_q_len")
+    if max_q_len < 0:
+        raise ValueError(f"max_q_len: must be >= 0, got {max_q_len}")
+    return max(1, (max_q_len + 31) // 32)
 
 
 # ---------------------------------------------------------------------------
@@ -112,7 +119,7 @@ def _unpack_words(bits: torch.Tensor) -> torch.Tensor:
         bits = bits.view(torch.int32) if bits.element_size() == 4 else bits.to(torch.int32)
     w64 = bits.to(torch.int64) & 0xFFFFFFFF
     b = (w64.unsqueeze(-1) >> _shifts(bits.device)) & 1
-    return b.reshape(bits.shape[0], -1).bool()
+    return b.reshape(bits.shape[0], 32 * bits.shape[1]).bool()  # explicit: 0 rows is a valid mask
 
 
 def _check_indptr(qo_indptr: torch.Tensor, name: str = "qo_indptr") -> None:
@@ -251,6 +258,8 @@ def from_parents(
     num_words = mask_words(max_q_len)
     if total_q == 0:
         return torch.zeros((0, num_words), dtype=torch.int32, device=device)
+    if qo_indptr.numel() < 2:  # no request but rows (validate=False): unspecified, here empty rows
+        return torch.zeros((total_q, num_words), dtype=torch.int32, device=device)
 
     par = parents.to(torch.int64)
     req, local = _row_request_and_local(qo_indptr, total_q)
@@ -706,7 +715,24 @@ def random_parents(kind: str, n: int, *, rng: Optional[random.Random] = None, to
       ``eagle``   EAGLE-2-like: a root and levels of ``topk`` children of the best nodes;
       ``shuffled`` a ``random`` tree with the node labels permuted (NOT topological).
     All kinds except ``shuffled`` are in topological order (parent < child).
+
+    Args:
+      kind: one of ``TREE_KINDS`` (above).
+      n: number of nodes (``<= 0``: an empty list).
+      rng: a ``random.Random`` (default: a fresh one).
+      topk: ``ddtree``: children scored per expanded node; ``eagle``: children
+        per node and nodes expanded per level; >= 1 (ignored by the other kinds).
+
+    Raises:
+      TypeError: ``n`` or ``topk`` not an integer. ValueError: an unknown
+      ``kind``, ``topk < 1``.
     """
+    n = as_int(n, "n")
+    topk = as_int(topk, "topk")
+    if kind not in TREE_KINDS:
+        raise ValueError(f"kind: unknown tree kind {kind!r}; expected one of {TREE_KINDS}")
+    if topk < 1:
+        raise ValueError(f"topk: must be >= 1, got {topk}")
     rng = rng or random.Random()
     if n <= 0:
         return []
