@@ -786,7 +786,8 @@ def tree_attention_flat(
         capture and ``torch.compile``.
       max_kv_len: host upper bound of every ``kv_len_i`` (planning of the split
         count). Same rules as ``max_q_len``.
-      return_lse: also return the fp32 ``[total_q, H]`` natural-log LSE.
+      return_lse: also return the fp32 ``[total_q, H]`` LSE, ``log(sum_j exp(sm_scale *
+        q[t, h] . k[j, hk]))`` over the visible ``j`` (natural log; module docstring).
       num_splits: 0 = automatic; 1 .. 65535 forces the split-K count.
       out: optional preallocated ``[total_q, H, D_vo]`` (q's dtype) to write;
         its elements must not overlap in memory (no ``expand``-ed views).

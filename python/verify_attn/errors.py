@@ -125,6 +125,19 @@ def decode_error_word(words: Sequence[int], device=None) -> Optional[KernelInput
     """The error described by an error word (4 host ints), or None when it is clean.
 
     Pure function (no device access): what :func:`check_errors` raises.
+
+    Args:
+      words: the error word's ``int32[4]`` as host ints (missing trailing
+        entries are taken from ``ERROR_WORD_INIT``): ``[0]`` the OR of the
+        error bits (``ERR_KV_INDEX``, ``ERR_KV_SHORT``, ``ERR_QO_INDPTR``),
+        ``[1]`` the first offending request (-1: none), ``[2]`` the offending
+        value (a page id / flat row, or a kv_len), ``[3]`` the KV position in
+        that request (-1: not about a row); the layout of ``va_params.error_word``
+        in ``kernels/verify_attn.h`` (module docstring).
+      device: named in the message when given.
+
+    Returns:
+      a :class:`KernelInputError` to raise, or None for a clean word.
     """
     words = [int(w) for w in words]
     if len(words) < 4:

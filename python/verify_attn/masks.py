@@ -588,7 +588,13 @@ def from_sglang_qlen_bitpacked(
     ``c``. A ``[total_q, nbytes]`` uint8 tensor is accepted too. This equals
     our word layout for the first 32 columns.
 
-    Returns ``torch.int32 [total_q, W]``.
+    Args:
+      mask: the packed rows, ``[total_q]`` uint8 / int16 / uint16 / int32 /
+        uint32 or ``[total_q, nbytes]`` uint8.
+      qo_indptr: ``[B + 1]`` int32/int64 row offsets (``total_q = qo_indptr[-1]``).
+      max_q_len: words per row from this bound; default the longest request.
+
+    Returns ``torch.int32 [total_q, W]`` on ``mask``'s device.
 
     Raises:
       TypeError: ``mask`` not an integer tensor, bad ``qo_indptr`` type,
@@ -675,6 +681,13 @@ def causal(
     with a chain. Returns ``torch.int32 [total_q, W]``. Reads ``qo_indptr`` on
     the host (``total_q = qo_indptr[-1]`` and the checks below), a device->host
     sync even when ``max_q_len`` is given: build it outside CUDA graph capture.
+
+    Args:
+      qo_indptr: ``[B + 1]`` int32/int64 row offsets of the requests' drafts.
+      max_q_len: words per row from this bound (``mask_words``); default the
+        longest request.
+      device: where the mask is built and returned (``qo_indptr`` is copied
+        there); default ``qo_indptr``'s device.
 
     Raises:
       TypeError: ``qo_indptr`` not an int32/int64 tensor, ``max_q_len`` not an
