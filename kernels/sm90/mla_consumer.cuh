@@ -95,16 +95,9 @@ __device__ __forceinline__ void acquire_q_tile(unsigned char* sQ, const KernelPa
 // boundary tiles; returns this thread's two rows' maxima,
 // quad-reduced and scaled to base 2 (scale_log2 > 0, the C-ABI checks it, so
 // max and scaling commute). The scores stay unscaled: each exponent is one
-// FFMA, s * scale_log2 - base.
-// A compile-time flag for the pair loops' two copies
-// (kernels/sm90/mla_seesaw_kernel.cuh): false on prefix-only tile pairs.
-template <bool B>
-struct Masked {
-  static constexpr bool value = B;
-};
-
-// kMayMask = false: the caller knows the tile is prefix-only (no mask code
-// is emitted, so a loop over such tiles stays compact).
+// FFMA, s * scale_log2 - base. kMayMask = false: the caller knows the tile is
+// prefix-only (no mask code is emitted, so a loop over such tiles stays
+// compact: the pair loops' mask-free copy, kernels/sm90/mla_seesaw_kernel.cuh).
 template <int N, bool kMayMask = true>
 __device__ __forceinline__ void mask_scores(float (&s)[32], const KernelParams& p,
                                             const RequestTile& rc, const RequestMask& rmask,

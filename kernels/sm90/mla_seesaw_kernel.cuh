@@ -83,6 +83,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "kernels/core/mask.cuh"
 #include "kernels/core/mma.cuh"
 #include "kernels/core/pdl.cuh"
@@ -288,7 +290,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   };
   // Rows past kv_len came with the page: zero their values (blocks b0 ..
   // b0 + 3 of the stage) before a P V reads them; this consumer's 128 threads.
-  // `may` (Masked<bool>): false on prefix-only tiles, whose rows all exist.
+  // `may` (std::bool_constant): false on prefix-only tiles, whose rows all exist.
   auto zero_tail = [&](auto may, int stage, int tile, int b0) {
     const int rows_valid = rc.kv_len - (rc.tile_begin + tile) * N;
     if (decltype(may)::value && tile < n_tiles && rows_valid < N) {
@@ -401,12 +403,12 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       fence_regs(o);
     };
     int pair = 0;
-    for (; pair < n_clean; ++pair) pair_c0(Masked<false>{}, pair);
-    for (; pair < n_full; ++pair) pair_c0(Masked<true>{}, pair);
+    for (; pair < n_clean; ++pair) pair_c0(std::false_type{}, pair);
+    for (; pair < n_full; ++pair) pair_c0(std::true_type{}, pair);
     if (odd) {
       // The last pair's tile A alone (its scores issued above or by the
       // loop's last iteration); C1 reads its P_A; nothing is refilled.
-      tile_a(Masked<true>{}, n_full, true);
+      tile_a(std::true_type{}, n_full, true);
       scale_o(o, scale1);
     }
   } else {
@@ -474,8 +476,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       if (pair + 1 < n_pairs) release(kGroupA1);
     };
     int pair = 0;
-    for (; pair < n_clean; ++pair) pair_c1(Masked<false>{}, pair);
-    for (; pair < n_full; ++pair) pair_c1(Masked<true>{}, pair);
+    for (; pair < n_clean; ++pair) pair_c1(std::false_type{}, pair);
+    for (; pair < n_full; ++pair) pair_c1(std::true_type{}, pair);
     if (odd) {
       // The last pair's tile A alone: m1 = m0 (no tile B), O_R and l to it,
       // O_R += P_A V_A[:, R]; nothing is refilled.
@@ -486,7 +488,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       l[1] *= f[1];
       scale_o(o, f);
       fence_regs(o);
-      issue_pv_a(Masked<true>{}, n_full, n_full & 1);
+      issue_pv_a(std::true_type{}, n_full, n_full & 1);
       wgmma_wait<0>();
       fence_regs(o);
     }
