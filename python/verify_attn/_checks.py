@@ -50,11 +50,18 @@ def check_tree_mask_shape(tree_mask, total_q: int) -> None:
         raise ValueError(f"tree_mask: expected shape [total_q={total_q}, W >= 1], got {tuple(tree_mask.shape)}")
 
 
+def check_tensor(x, name: str, optional: bool = False) -> None:
+    """``x`` is a torch.Tensor (or None when ``optional``), else TypeError."""
+    if x is None and optional:
+        return
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+
+
 def check_tree_mask_dtype(tree_mask) -> None:
     """A tree mask is a tensor of int32 (bit pattern) or uint32 words (TypeError);
     a dense bool / float mask is not one (:mod:`verify_attn.masks` converts)."""
-    if not isinstance(tree_mask, torch.Tensor):
-        raise TypeError(f"tree_mask: expected a torch.Tensor, got {type(tree_mask).__name__}")
+    check_tensor(tree_mask, "tree_mask")
     if tree_mask.dtype not in MASK_DTYPES:
         raise TypeError(
             f"tree_mask: expected dtype torch.int32 (bit pattern) or torch.uint32, got {tree_mask.dtype}"

@@ -61,7 +61,13 @@ import torch
 
 from . import errors as _errors
 from ._args import as_bool, as_float, as_int
-from ._checks import check_kv_indptr, check_qo_indptr, check_tree_mask_dtype, check_tree_mask_shape
+from ._checks import (
+    check_kv_indptr,
+    check_qo_indptr,
+    check_tensor,
+    check_tree_mask_dtype,
+    check_tree_mask_shape,
+)
 
 __all__ = [
     "tree_attention_flat",
@@ -117,20 +123,13 @@ def _is_capturing() -> bool:
 # functions, also under torch.compile)
 
 
-def _check_tensor(x, name: str, optional: bool = False) -> None:
-    if x is None and optional:
-        return
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
-
-
 def _check_dtypes(names, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, out, lse):
     nk, nv = names
-    _check_tensor(q, "q")
-    _check_tensor(k, nk)
-    _check_tensor(v, nv, optional=True)
-    _check_tensor(qo_indptr, "qo_indptr")
-    _check_tensor(kv_indptr, "kv_indptr")
+    check_tensor(q, "q")
+    check_tensor(k, nk)
+    check_tensor(v, nv, optional=True)
+    check_tensor(qo_indptr, "qo_indptr")
+    check_tensor(kv_indptr, "kv_indptr")
     if q.dtype not in _FLOAT_DTYPES:
         raise TypeError(f"q: expected dtype torch.float16 or torch.bfloat16, got {q.dtype}")
     if k.dtype != q.dtype:
@@ -140,17 +139,17 @@ def _check_dtypes(names, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree
     for t, n in ((qo_indptr, "qo_indptr"), (kv_indptr, "kv_indptr"), (kv_indices, "kv_indices"), (kv_len, "kv_len")):
         if t is None:
             continue
-        _check_tensor(t, n)
+        check_tensor(t, n)
         if t.dtype != torch.int32:
             raise TypeError(f"{n}: expected dtype torch.int32, got {t.dtype}")
     if tree_mask is not None:
         check_tree_mask_dtype(tree_mask)
     if out is not None:
-        _check_tensor(out, "out")
+        check_tensor(out, "out")
         if out.dtype != q.dtype:
             raise TypeError(f"out: dtype {out.dtype} differs from q's {q.dtype}")
     if lse is not None:
-        _check_tensor(lse, "lse")
+        check_tensor(lse, "lse")
         if lse.dtype != torch.float32:
             raise TypeError(f"lse: expected dtype torch.float32, got {lse.dtype}")
 

@@ -26,7 +26,13 @@ import torch
 
 from . import masks as _masks
 from ._args import as_float, as_int
-from ._checks import check_kv_indptr, check_qo_indptr, check_tree_mask_dtype, check_tree_mask_shape
+from ._checks import (
+    check_kv_indptr,
+    check_qo_indptr,
+    check_tensor,
+    check_tree_mask_dtype,
+    check_tree_mask_shape,
+)
 
 __all__ = [
     "gather_paged_kv",
@@ -38,8 +44,7 @@ __all__ = [
 
 def _tensor(x, name: str, dim: Optional[int] = None) -> torch.Tensor:
     """``x`` if it is a tensor (else TypeError) of ``dim`` dimensions (else ValueError)."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+    check_tensor(x, name)
     if dim is not None and x.dim() != dim:
         raise ValueError(f"{name}: expected {dim} dimension(s), got shape {tuple(x.shape)}")
     return x
