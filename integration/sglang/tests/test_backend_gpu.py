@@ -189,8 +189,12 @@ def _verify_input(k, case, batch, topk, n, custom_mask, device):
         seq_lens_cpu=batch.seq_lens_cpu)
 
 
-def _run(k, arch, backend_name, page_size, topk, n, trees, mask_layout, prefix_lens):
-    """Build the kit fixture for one backend and run one target verify."""
+def _run(k, arch, backend_name, page_size, topk, n, trees, mask_layout, prefix_lens, with_fixture=False):
+    """Build the kit fixture for one backend and run one target verify.
+
+    mask_layout: "full" (SGLang's FULL mask), "qlen" (QLEN_ONLY in the backend's
+    own VerifyMask buffer, as EAGLE writes it) or "qlen_foreign" (QLEN_ONLY in a
+    tensor of its own, as NGRAM builds it)."""
     device = "cuda"
     # one name for both backends: the kit seeds weights/inputs from the name
     case = _case(k, arch, backend_name, page_size, n, f"va_cmp_{arch}_k{topk}_p{page_size}_n{n}",
@@ -208,6 +212,8 @@ def _run(k, arch, backend_name, page_size, topk, n, trees, mask_layout, prefix_l
         full.append(m.reshape(-1))
     if mask_layout == "full":
         custom_mask = torch.cat(full)
+    elif mask_layout == "qlen_foreign":
+        custom_mask = torch.cat([a.reshape(-1) for a in anc])
     else:  # QLEN_ONLY, written into the backend's VerifyMask buffer like EAGLE's tree builder
         vm = fx.backend.verify_mask
         assert vm is not None and vm.mode.name == "QLEN_ONLY", vm
@@ -221,6 +227,8 @@ def _run(k, arch, backend_name, page_size, topk, n, trees, mask_layout, prefix_l
         fx.backend.init_forward_metadata(batch)
         actual = run_forward(fx, batch, inputs)
     torch.cuda.synchronize()
+    if with_fixture:
+        return actual.float(), expected.float(), fx, batch
     return actual.float(), expected.float(), fx.backend
 
 
@@ -272,3 +280,116 @@ def test_compact_mask_buffer_only():
     assert ft.backend.verify_mask.mode.name == "FULL_MASK"
     print(f"VA_MASK_BYTES ours={vm.buffer.numel()} triton={ft.backend.verify_mask.buffer.numel()} "
           f"(max_bs 2, N {n}, context {MAX_CTX})")
+
+
+# ----------------------------------------------------------------------------- padded CUDA-graph replay
+#
+# SGLang pads a replay batch to the next captured size and hands the backend
+# decode_cuda_graph_runner.build_replay_fb_view: padded capture buffers for
+# req_pool_indices / seq_lens / seq_lens_cpu (padded lanes: fill value 1, pool row
+# 0), num_padding = bs - raw_bs, but the real batch's out_cache_loc and spec_info
+# (NGRAM's own QLEN_ONLY mask holds raw_bs * n * n bools). The kit's graph runner
+# pads differently (its replay batch is a full bs batch), so this builds the view
+# as SGLang does, captures forward_extend in a torch CUDA graph at bs 4 and replays
+# it for 3 real requests. Checked against an fp32 computation over the cache
+# written by the eager leg (prefix rows via req_to_token, drafts at out_cache_loc).
+
+PAD_CONFIGS = [("mla", "qlen_foreign"), ("mla", "qlen"), ("mla", "full"), ("mla", "chain"),
+               ("gqa", "qlen_foreign"), ("gqa", "full")]
+
+
+def _tree_reference(q, k_cache, v_cache, req_to_token, req_pool_indices, prefix_lens, out_cache_loc, trees, scale):
+    """fp32 attention of each real request's drafts over its prefix (req_to_token
+    rows) and its draft ancestors (out_cache_loc slots). q [T, H, Dqk]."""
+    outs = []
+    n = len(trees[0])
+    for r, (p, parents) in enumerate(zip(prefix_lens, trees)):
+        slots = torch.cat([req_to_token[int(req_pool_indices[r]), :p].long(),
+                           out_cache_loc[r * n:(r + 1) * n].long()])
+        K, V = k_cache[slots].float(), v_cache[slots].float()  # [L, Hk, D]
+        g = q.shape[1] // K.shape[1]
+        K, V = K.repeat_interleave(g, 1), V.repeat_interleave(g, 1)
+        anc = _ancestor_matrix(parents, "cpu")
+        for t in range(n):
+            vis = torch.cat([torch.ones(p, dtype=torch.bool), anc[t]]).to(q.device)
+            sc = torch.einsum("hd,khd->hk", q[r * n + t].float(), K[vis]) * scale
+            outs.append(torch.einsum("hk,khd->hd", sc.softmax(-1), V[vis]))
+    return torch.stack(outs)
+
+
+@pytest.mark.parametrize("arch,layout", PAD_CONFIGS)
+def test_padded_cuda_graph_replay(arch, layout):
+    from types import SimpleNamespace
+
+    k = _kit()
+    n, raw_bs, bs = 8, 3, 4
+    topk = 1 if layout == "chain" else 4
+    seed = random.randrange(1 << 30)  # fresh trees and queries every run; printed with the result
+    rng = random.Random(seed)
+    prefix_lens = (5, 37, 64)
+    trees = [_tree_parents(topk, n, rng) for _ in prefix_lens]
+    # eager leg: fixture built, prefix + draft K/V written to the cache, checked vs the kit's reference
+    mask_layout = "qlen" if layout == "chain" else layout
+    actual, expected, fx, batch = _run(k, arch, "verify_attn", 1, topk, n, trees, mask_layout, prefix_lens,
+                                       with_fixture=True)
+    torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL)
+    b = fx.backend
+    layer = fx.actual_module.attn_mqa if arch == "mla" else fx.actual_module.attn
+    dev = batch.seq_lens.device
+    b.init_cuda_graph_state(max_bs=bs, max_num_tokens=bs * n)
+    spec = batch.spec_info
+    if layout in ("qlen", "chain"):  # EAGLE writes into the (possibly new) own buffer
+        vm = b.verify_mask.buffer
+        vm.fill_(True)
+        qlen = torch.cat([_ancestor_matrix(p, dev).reshape(-1) for p in trees])
+        vm[: qlen.numel()] = qlen
+        spec.custom_mask = vm
+    TV = k["ForwardMode"].TARGET_VERIFY
+    fill = b.get_cuda_graph_seq_len_fill_value()
+
+    def view(seq_lens, rpi, ocl, spec_info, num_padding):
+        return SimpleNamespace(
+            batch_size=bs, forward_mode=TV, actual_forward_mode=TV, req_pool_indices=rpi, seq_lens=seq_lens,
+            seq_lens_sum=int(seq_lens.sum()), seq_lens_cpu=seq_lens.cpu(), out_cache_loc=ocl,
+            kv_loc_plan=batch.kv_loc_plan, kv_loc_cols=getattr(batch, "kv_loc_cols", None),
+            num_padding=num_padding, spec_info=spec_info)
+
+    zeros_i = torch.zeros(bs, dtype=batch.req_pool_indices.dtype, device=dev)
+    cap_spec = SimpleNamespace(custom_mask=b.verify_mask.buffer, topk=topk, num_tokens_per_req=n)
+    cap = view(torch.full((bs,), fill, dtype=batch.seq_lens.dtype, device=dev), zeros_i,
+               torch.zeros(bs * n, dtype=batch.out_cache_loc.dtype, device=dev), cap_spec, 0)
+    H, dqk = layer.tp_q_head_num, layer.qk_head_dim
+    torch.manual_seed(seed)
+    q_buf = torch.randn(bs * n, H, dqk, dtype=DTYPE, device=dev)
+    with torch.no_grad():
+        b.init_forward_metadata_out_graph(cap, in_capture=True)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            b.forward_extend(q_buf, None, None, layer, cap, save_kv_cache=False)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            o_buf = b.forward_extend(q_buf, None, None, layer, cap, save_kv_cache=False)
+        # the padded replay, as build_replay_fb_view hands it
+        rpi = torch.cat([batch.req_pool_indices, zeros_i[: bs - raw_bs]])
+        sl = torch.cat([batch.seq_lens, torch.full((bs - raw_bs,), fill, dtype=batch.seq_lens.dtype, device=dev)])
+        assert batch.out_cache_loc.numel() == raw_bs * n
+        o_buf.fill_(float("nan"))
+        b.init_forward_metadata_out_graph(view(sl, rpi, batch.out_cache_loc, spec, bs - raw_bs))
+        graph.replay()
+    torch.cuda.synchronize()
+    pool = fx.runner.token_to_kv_pool
+    kc = pool.get_key_buffer(layer.layer_id)
+    if arch == "mla":
+        vc = kc[..., : layer.v_head_dim]
+    else:
+        vc = pool.get_value_buffer(layer.layer_id)
+    want = _tree_reference(q_buf[: raw_bs * n], kc, vc, fx.runner.req_to_token_pool.req_to_token,
+                           batch.req_pool_indices, prefix_lens, batch.out_cache_loc, trees, layer.scaling)
+    got = o_buf[: raw_bs * n].float().view(raw_bs * n, H, -1)
+    err = ((got - want).abs().max() / want.abs().max()).item()
+    print(f"VA_WORST padded_replay {arch} {layout} raw_bs={raw_bs} bs={bs} n={n} seed={seed}: "
+          f"rel max err {err:.3e}")
+    assert not torch.isnan(got).any()
+    assert err < 1e-2, err

@@ -393,6 +393,109 @@ def test_backend_target_verify_metadata_cpu(graph, layout):
         assert m.kv_indptr.data_ptr() == b._va_graph["kv_indptr"].data_ptr()
 
 
+# A padded CUDA-graph replay as SGLang 0.5.23 builds it (decode_cuda_graph_runner.
+# build_replay_fb_view): batch_size / req_pool_indices / seq_lens / seq_lens_cpu
+# are the padded capture buffers (padded lanes: seq_len_fill_value 1, pool row 0),
+# num_padding = bs - raw_bs, but out_cache_loc and spec_info (custom_mask) are the
+# real batch's. Before the fix: scatter_draft_slots raised (bs * n slots indexed in
+# raw_bs * n) and NGRAM's own raw_bs * n * n QLEN_ONLY mask was read as FULL.
+@pytest.mark.parametrize("layout", ["qlen_own", "qlen_foreign", "full", "chain"])
+def test_backend_padded_replay_metadata_cpu(layout):
+    _sglang_or_skip()
+    from types import SimpleNamespace
+
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    rng = random.Random(17)
+    n, raw_bs, bs, pool, width = 5, 3, 5, 6, 64
+    req_to_token = torch.randint(0, 5000, (pool, width), dtype=torch.int32)
+    b = _bare_backend(n, pool, req_to_token)
+    b._va_alloc_graph(8)
+    for name in ("kv_indices", "kv_indices64", "tree_mask"):  # stale buffers from an earlier replay
+        b._va_graph[name].fill_(-3)
+    req_pool_indices = torch.tensor([4, 1, 2, 0, 0])
+    seq_lens = torch.tensor([10, 1, 33, 1, 1], dtype=torch.int32)
+    out_cache_loc = torch.randint(5000, 6000, (raw_bs * n,), dtype=torch.int64)  # real requests only
+    trees = [[-1] + [rng.randrange(i) for i in range(1, n)] for _ in range(raw_bs)]
+    anc = [torch.tensor(_ancestors(t), dtype=torch.bool) for t in trees]
+    qlen = torch.cat([a.reshape(-1) for a in anc])
+    topk = 4
+    if layout == "qlen_own":
+        b._verify_mask.buffer.fill_(True)  # the padded lanes' part is stale
+        b._verify_mask.buffer[: qlen.numel()] = qlen
+        custom_mask = b._verify_mask.buffer
+    elif layout == "qlen_foreign":  # NGRAM's own raw_bs * n * n buffer
+        custom_mask = qlen.clone()
+    elif layout == "full":
+        parts = []
+        for p, a in zip(seq_lens[:raw_bs].tolist(), anc):
+            m = torch.ones(n, p + n, dtype=torch.bool)
+            m[:, p:] = a
+            parts.append(m.reshape(-1))
+        custom_mask = torch.cat(parts)
+    else:
+        custom_mask, topk = torch.tril(torch.ones(n, n, dtype=torch.bool)).repeat(raw_bs, 1, 1).reshape(-1), 1
+    view = SimpleNamespace(
+        batch_size=bs, forward_mode=ForwardMode.TARGET_VERIFY, num_padding=bs - raw_bs,
+        spec_info=SimpleNamespace(custom_mask=custom_mask, topk=topk, num_tokens_per_req=n),
+        req_pool_indices=req_pool_indices, seq_lens=seq_lens, seq_lens_sum=int(seq_lens.sum()),
+        seq_lens_cpu=seq_lens.clone(), out_cache_loc=out_cache_loc, kv_loc_plan=None,
+    )
+    b.init_forward_metadata_out_graph(view)
+    m = b.va_metadata
+    assert m.bs == bs and m.n == n
+    assert m.qo_indptr.tolist() == list(range(0, (bs + 1) * n, n))
+    assert m.kv_len.tolist() == [15, 6, 38, 6, 6]
+    assert m.kv_indptr.tolist() == [0, 15, 21, 59, 65, 71]
+    rows = []
+    for r in range(bs):
+        drafts = out_cache_loc[r * n:(r + 1) * n].tolist() if r < raw_bs else [0] * n  # the padding slot
+        rows += req_to_token[req_pool_indices[r], : seq_lens[r]].tolist() + drafts
+    assert m.kv_indices[:71].tolist() == rows
+    if layout == "chain":
+        assert m.causal and m.tree_mask is None
+    else:
+        assert not m.causal and tuple(m.tree_mask.shape) == (bs * n, 1)
+        chain = [[c <= t for c in range(n)] for t in range(n)]
+        assert _bits_to_rows(m.tree_mask, n) == [row for t in trees for row in _ancestors(t)] + chain * (bs - raw_bs)
+        assert m.tree_mask.data_ptr() == b._va_graph["tree_mask"].data_ptr()
+    bad = SimpleNamespace(**{**vars(view), "out_cache_loc": out_cache_loc[: n * (raw_bs - 1)]})
+    with pytest.raises(ValueError, match="out_cache_loc"):
+        b.init_forward_metadata_out_graph(bad)
+    with pytest.raises(ValueError, match="num_padding"):
+        b.init_forward_metadata_out_graph(SimpleNamespace(**{**vars(view), "num_padding": bs + 1}))
+
+
+def test_metadata_helpers_refuse_bad_sizes():
+    n = 4
+    seq_lens = torch.tensor([3, 9], dtype=torch.int32)
+    with pytest.raises(ValueError, match="mask"):
+        md.qlen_only_to_bits(torch.ones(2 * n * n - 1, dtype=torch.bool), 2, n)
+    full_ok = torch.ones(n * (3 + n + 9 + n), dtype=torch.bool)
+    assert md.full_mask_to_bits(full_ok, seq_lens, n, seq_lens_cpu=seq_lens).shape == (2 * n, 1)
+    with pytest.raises(ValueError, match="mask"):
+        md.full_mask_to_bits(full_ok[:-1], seq_lens, n, seq_lens_cpu=seq_lens)
+    with pytest.raises(ValueError, match="out_cache_loc"):
+        md.scatter_draft_slots(torch.zeros(40, dtype=torch.int64), md.verify_kv_indptr(seq_lens, n), seq_lens,
+                               torch.zeros(2 * n - 1, dtype=torch.int64), n)
+    with pytest.raises(ValueError, match="^out:"):
+        md.verify_kv_indptr(seq_lens, n, out=torch.zeros(2, dtype=torch.int32))
+    with pytest.raises(ValueError, match="^out:"):
+        md.verify_kv_len(seq_lens, n, out=torch.zeros(1, dtype=torch.int32))
+    with pytest.raises(ValueError, match="^out:"):
+        md.uniform_qo_indptr(2, n, out=torch.zeros(2, dtype=torch.int32))
+    with pytest.raises(ValueError, match="^n:"):
+        md.verify_kv_len(seq_lens, 0)
+    with pytest.raises(ValueError, match="real_bs"):
+        md.tree_mask_bits(torch.ones(2 * n * n, dtype=torch.bool), seq_lens, n, 3)
+    with pytest.raises(ValueError, match="num_padding"):
+        md.real_batch_size(2, -1)
+    assert md.real_batch_size(4, None) == 4 and md.real_batch_size(4, 3) == 1
+    # a raw_bs * n * n QLEN_ONLY mask is QLEN_ONLY for raw_bs, not for the padded batch
+    qlen = torch.tril(torch.ones(n, n, dtype=torch.bool)).repeat(1, 1, 1).reshape(-1)
+    assert md.is_qlen_only_layout(qlen, 1, n) and not md.is_qlen_only_layout(qlen, 2, n)
+
+
 def test_backend_verify_mask_is_qlen_only():
     _sglang_or_skip()
     b = _bare_backend(16, 64, torch.zeros(1, 1, dtype=torch.int32), max_context_len=131072)

@@ -18,6 +18,10 @@ Target verify (``ForwardMode.TARGET_VERIFY``, EAGLE/EAGLE3/NGRAM/DFlash/...):
   the QLEN_ONLY mask (or from a FULL mask some producer still allocated), or
   no mask at all for chains (top-k 1 / no custom mask: ``causal=True``).
   No host sync: host bounds come from ``seq_lens_cpu`` or ``max_context_len``.
+  A padded CUDA-graph replay (``num_padding > 0``: ``bs`` padded lanes of
+  lengths and pool rows, but ``out_cache_loc`` and the mask of the ``raw_bs``
+  real requests) runs all ``bs`` requests; the padded ones read the reserved
+  slot 0 as drafts and a causal mask (their rows are discarded).
 - the mask buffer: the backend exposes a QLEN_ONLY ``VerifyMask``
   (``bs * N * N`` bools) from construction on, so EAGLE's tree builder writes
   the compact layout into it and SGLang's FULL buffer (``N * (context + N)``
@@ -230,6 +234,10 @@ class VerifyAttnBackend(TritonAttnBackend):
     def _va_init_verify(self, forward_batch, graph: bool) -> None:
         spec = forward_batch.spec_info
         bs = len(forward_batch.req_pool_indices)
+        # A padded CUDA-graph replay (build_replay_fb_view) gives the padded
+        # capture buffers for req_pool_indices / seq_lens (bs lanes) but the real
+        # batch's out_cache_loc and spec_info (raw_bs requests).
+        raw_bs = md.real_batch_size(bs, getattr(forward_batch, "num_padding", 0))
         n = self._target_verify_num_tokens_per_req(spec)
         seq_lens = forward_batch.seq_lens[:bs]
         dev = seq_lens.device
@@ -259,8 +267,13 @@ class VerifyAttnBackend(TritonAttnBackend):
                 max_kv_len = int(cpu_lens[:bs].max()) + n
             else:
                 max_kv_len = self.max_context_len + n
+        out_cache_loc = forward_batch.out_cache_loc
+        if out_cache_loc is None or out_cache_loc.numel() < raw_bs * n:
+            got = None if out_cache_loc is None else tuple(out_cache_loc.shape)
+            raise ValueError(f"verify_attn backend: out_cache_loc {got} holds fewer than the {raw_bs} real "
+                             f"requests x {n} drafts of this target verify")
         self._va_pack_prefix(forward_batch, bs, seq_lens, kv_indptr, idx64)
-        md.scatter_draft_slots(idx64, kv_indptr, seq_lens, forward_batch.out_cache_loc, n)
+        md.scatter_draft_slots(idx64, kv_indptr, seq_lens, out_cache_loc[: raw_bs * n], n)
         idx32.copy_(idx64)
 
         custom_mask = getattr(spec, "custom_mask", None) if spec is not None else None
@@ -268,10 +281,11 @@ class VerifyAttnBackend(TritonAttnBackend):
         tree_mask = None
         if not causal:
             own = self._verify_mask.buffer if self._verify_mask is not None else None
-            if md.is_qlen_only_layout(custom_mask, bs, n, own):
-                tree_mask = md.qlen_only_to_bits(custom_mask, bs, n, out=mask_out)
-            else:
-                tree_mask = md.full_mask_to_bits(custom_mask, seq_lens, n, out=mask_out)
+            cpu_lens = forward_batch.seq_lens_cpu
+            if cpu_lens is not None and cpu_lens.numel() < raw_bs:
+                cpu_lens = None
+            tree_mask = md.tree_mask_bits(custom_mask, seq_lens, n, raw_bs, own_buffer=own,
+                                          seq_lens_cpu=cpu_lens, out=mask_out)
         self.va_metadata = VerifyMetadata(
             bs=bs, n=n, qo_indptr=qo_indptr, kv_indptr=kv_indptr, kv_indices=idx32, kv_len=kv_len,
             tree_mask=tree_mask, causal=causal, max_kv_len=max_kv_len,
