@@ -12,7 +12,30 @@
 
 #include <stdint.h>
 
+// RowMask / RequestMask are plain code, compiled for the device and, for the
+// host test kernels/tests/mask_test.cc, by the host compiler.
+#ifdef __CUDACC__
+#define VA_MASK_HD __host__ __device__ __forceinline__
+#else
+#define VA_MASK_HD inline
+#endif
+
 namespace verify_attn {
+
+// The mask words are read-only for the kernel's lifetime: the read-only path
+// on the device, a plain load in the host test.
+VA_MASK_HD uint32_t load_mask_word(const uint32_t* p) {
+#ifdef __CUDA_ARCH__
+  return __ldg(p);
+#else
+  return *p;
+#endif
+}
+
+// Bits [0, n) set, n clamped to [0, 64].
+VA_MASK_HD uint64_t low_bits64(int n) {
+  return n <= 0 ? 0ull : (n >= 64 ? ~0ull : (1ull << n) - 1ull);
+}
 
 // Per query row (per thread, for each of its fragment rows).
 struct RowMask {
@@ -29,24 +52,50 @@ struct RequestMask {
 
   // A KV tile [j0, j0 + n) needs per-element masking iff it reaches a draft
   // column or the kv_len boundary; both lie at or past `prefix`.
-  __device__ __forceinline__ bool tile_needs_mask(int j0, int n) const {
+  VA_MASK_HD bool tile_needs_mask(int j0, int n) const {
     return j0 + n > prefix;
   }
 
   // Rows past the request (valid == false) see every existing column: their
   // Q rows are zero-filled (or, Q by TMA, the next request's rows) and their
   // results are never stored, so this only avoids reading mask words for them.
-  __device__ __forceinline__ bool visible(const RowMask& r, int j) const {
+  VA_MASK_HD bool visible(const RowMask& r, int j) const {
     if (j >= kv_len) return false;
     if (j < prefix || !r.valid) return true;
     const int c = j - prefix;
     if (causal) return c <= r.t;
     const int w = c >> 5;
     if (w >= mask_words) return false;  // only for device q_len > max_q_len
-    return (__ldg(r.words + w) >> (c & 31)) & 1u;
+    return (load_mask_word(r.words + w) >> (c & 31)) & 1u;
+  }
+
+  // visible(r, j0 + k) as bit k, for the 64 columns [j0, j0 + 64) of a tile:
+  // one row's visibility from at most three mask-word loads instead of one
+  // test per column (the masked tiles' scores test a bit each).
+  VA_MASK_HD uint64_t tile_bits(const RowMask& r, int j0) const {
+    const uint64_t exist = low_bits64(kv_len - j0);
+    if (!r.valid) return exist;
+    uint64_t vis = low_bits64(prefix - j0);
+    if (causal) {
+      vis = low_bits64(prefix + r.t + 1 - j0);  // prefix and drafts c <= t
+    } else {
+      const int d = j0 - prefix;        // draft column at tile bit 0 (may be < 0)
+      if (d > -64) {
+        const int c0 = d > 0 ? d : 0;   // first draft column in the tile
+        const int w = c0 >> 5, sh = c0 & 31;
+        const uint32_t x0 = w < mask_words ? load_mask_word(r.words + w) : 0u;
+        const uint32_t x1 = w + 1 < mask_words ? load_mask_word(r.words + w + 1) : 0u;
+        const uint32_t x2 = (sh != 0 && w + 2 < mask_words) ? load_mask_word(r.words + w + 2) : 0u;
+        uint64_t drafts = ((static_cast<uint64_t>(x1) << 32) | x0) >> sh;  // columns c0 ..
+        if (sh != 0) drafts |= static_cast<uint64_t>(x2) << (64 - sh);
+        vis |= drafts << (c0 - d);  // column c0 sits at tile bit c0 - d (< 64)
+      }
+    }
+    return vis & exist;
   }
 };
 
+#ifdef __CUDACC__
 // TREE: the highest draft column c (< q_len) that a row of the folded rows
 // [row0, min(row0 + M, R)) sees, -1 if none (`group` folded rows per token;
 // token t's mask words start at tree_mask + (q_start + t) * mask_words): the
@@ -76,6 +125,7 @@ __device__ __forceinline__ int tree_last_visible_draft(const uint32_t* tree_mask
   for (int o = 16; o > 0; o >>= 1) best = max(best, __shfl_xor_sync(0xffffffffu, best, o));
   return best;
 }
+#endif  // __CUDACC__
 
 }  // namespace verify_attn
 

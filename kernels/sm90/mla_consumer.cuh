@@ -105,26 +105,29 @@ __device__ __forceinline__ void mask_scores(float (&s)[32], const KernelParams& 
   mx[0] = mx[1] = -INFINITY;
   const int j0 = (rc.tile_begin + tile) * N;
   if (kMayMask && rmask.tile_needs_mask(j0, N)) {
-    RowMask rows[2];
+    static_assert(N == 64, "tile_bits covers 64 columns");
+    // One row at a time (fragment elements 2h, 2h + 1 of each 8-column block
+    // are row h's): one 64-bit visibility word live, not two.
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
+      RowMask row;
       const int gr = rc.row0 + my_row[h];
-      rows[h].valid = gr < rc.R;
-      rows[h].t = rows[h].valid ? gr / p.group : 0;
-      rows[h].words = (!p.causal && rows[h].valid)
-                          ? p.tree_mask + static_cast<int64_t>(rc.q_start + rows[h].t) * p.mask_words
-                          : nullptr;
+      row.valid = gr < rc.R;
+      row.t = row.valid ? gr / p.group : 0;
+      row.words = (!p.causal && row.valid)
+                      ? p.tree_mask + static_cast<int64_t>(rc.q_start + row.t) * p.mask_words
+                      : nullptr;
+      const uint64_t bits = rmask.tile_bits(row, j0) >> (2 * t4);
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+          float x = s[i * 4 + e];
+          if (!((bits >> (i * 8 + (e & 1))) & 1ull)) x = -INFINITY;
+          s[i * 4 + e] = x;
+          mx[h] = fmaxf(mx[h], x);
+        }
     }
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = j0 + i * 8 + 2 * t4 + (e & 1);
-        float x = s[i * 4 + e];
-        if (!rmask.visible(rows[e >> 1], col)) x = -INFINITY;
-        s[i * 4 + e] = x;
-        mx[e >> 1] = fmaxf(mx[e >> 1], x);
-      }
   } else {
 #pragma unroll
     for (int i = 0; i < 32; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
