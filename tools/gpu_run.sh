@@ -30,7 +30,7 @@ stage)
   # Baseline kernels for the bench (SGLang's Triton kernels, downloaded by
   # package name, never committed): into .gpu_stage/baselines/.
   tools/fetch_baselines.sh
-  # Real draft trees on real activations (CPU, about 20 s), for the GPU test
+  # Real draft trees on real activations (CPU, about 40 s), for the GPU test
   # and `bench --workload=real`.
   # Two of the three captured layers keep the carried folder under 64 MiB
   # beside the SGLang staging (about 40 MiB).
