@@ -2,6 +2,7 @@
 
 import os
 import random
+import re
 
 import numpy as np
 import pytest
@@ -510,3 +511,55 @@ def test_from_parents_unvalidated_rows_without_requests_do_not_crash():
     bits = masks.from_parents(torch.tensor([-1, 0, 1], dtype=torch.int32), torch.tensor([0], dtype=torch.int32),
                               validate=False, max_q_len=2)
     assert tuple(bits.shape) == (3, 1)
+
+
+# ---------------------------------------------------------------------------
+# argument checks of from_sglang_full_mask, from_dense and causal
+
+
+def _full_args():
+    """Two requests of 2 and 3 drafts after prefixes of 1 and 2: FULL blocks of
+    2 * (1 + 2) = 6 and 3 * (2 + 3) = 15 entries, 21 in all."""
+    return torch.ones(100, dtype=torch.bool), _qo(2, 3), torch.tensor([1, 2])
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.float32, torch.complex64])
+def test_full_mask_prefix_lens_must_be_an_integer_tensor(dtype):
+    buf, qo, _ = _full_args()
+    with pytest.raises(TypeError, match=rf"^prefix_lens: expected an integer tensor \[B\], got {dtype}"):
+        masks.from_sglang_full_mask(buf, qo, torch.tensor([1, 1], dtype=dtype))
+    with pytest.raises(TypeError, match=r"^prefix_lens: expected a torch.Tensor, got list"):
+        masks.from_sglang_full_mask(buf, qo, [1, 2])
+
+
+@pytest.mark.parametrize("mask_indptr", [[0, 6], [0, 6, 21, 21], [[0, 6, 21]]], ids=["B", "B+2", "2d"])
+def test_full_mask_mask_indptr_needs_b_plus_1_entries(mask_indptr):
+    buf, qo, pre = _full_args()
+    shape = tuple(torch.tensor(mask_indptr).shape)
+    with pytest.raises(ValueError, match=rf"^mask_indptr: expected shape \[2 \+ 1\], got {re.escape(str(shape))}"):
+        masks.from_sglang_full_mask(buf, qo, pre, mask_indptr=torch.tensor(mask_indptr))
+
+
+def test_full_mask_mask_indptr_must_match_the_layout():
+    """mask_indptr[i + 1] - mask_indptr[i] is request i's FULL block, q_len_i * (prefix_len_i + q_len_i):
+    with SGLang's mask_indptr[0] = 0, mask_indptr[B] is the layout's total size (21 here)."""
+    buf, qo, pre = _full_args()
+    ref = masks.from_sglang_full_mask(buf, qo, pre)
+    assert masks.from_sglang_full_mask(buf, qo, pre, mask_indptr=torch.tensor([0, 6, 21])).equal(ref)
+    # the end too large (e.g. seq_lens that included the drafts) or too small
+    for end, span in ((40, 34), (20, 14)):
+        with pytest.raises(ValueError, match=rf"^mask_indptr: request 1 spans mask_indptr\[2\] - mask_indptr\[1\] = "
+                                             rf"{span} entries; the FULL layout needs q_len \* \(prefix_len \+ q_len\) "
+                                             rf"= 15"):
+            masks.from_sglang_full_mask(buf, qo, pre, mask_indptr=torch.tensor([0, 6, end]))
+    # a wrong middle entry
+    with pytest.raises(ValueError, match=r"^mask_indptr: request 0 spans .* = 8 entries; .* = 6"):
+        masks.from_sglang_full_mask(buf, qo, pre, mask_indptr=torch.tensor([0, 8, 21]))
+    # mask_indptr[B] beyond the buffer, with no request to read (B = 0), and a negative end
+    empty = torch.tensor([0], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"^custom_mask: has 100 entries, the layout needs 200 \(mask_indptr\[0\] = 200\)"):
+        masks.from_sglang_full_mask(buf, empty, torch.zeros(0, dtype=torch.int64), mask_indptr=torch.tensor([200]))
+    with pytest.raises(ValueError, match=r"^mask_indptr: entry 0 is -1; offsets must be >= 0"):
+        masks.from_sglang_full_mask(buf, empty, torch.zeros(0, dtype=torch.int64), mask_indptr=torch.tensor([-1]))
+    assert masks.from_sglang_full_mask(buf, empty, torch.zeros(0, dtype=torch.int64),
+                                       mask_indptr=torch.tensor([100])).shape == (0, 1)

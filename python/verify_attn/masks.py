@@ -38,6 +38,7 @@ from typing import List, Optional, Sequence, Union
 import torch
 
 from ._args import as_bool, as_int
+from ._checks import check_tensor
 
 __all__ = [
     "mask_words",
@@ -459,27 +460,37 @@ def from_sglang_full_mask(
         preallocated buffer is accepted; the tail is ignored).
       qo_indptr: ``[B + 1]`` int32/int64. SGLang's target verify uses
         ``arange(0, (bs + 1) * q, q)``; ragged ``q_len_i`` are accepted.
-      prefix_lens: ``[B]`` int tensor, the committed prefix length of each request
-        (SGLang's ``seq_lens`` during target verify, which excludes the drafts).
+      prefix_lens: ``[B]`` integer tensor (not bool), the committed prefix length
+        of each request (SGLang's ``seq_lens`` during target verify, which
+        excludes the drafts).
       max_q_len: width bound (default: the real max, a host sync).
-      mask_indptr: optional ``[B + 1]`` integer tensor of per-request start
-        offsets (SGLang's ``mask_indptr``, each ``>= 0``); computed from the
-        lengths when None.
+      mask_indptr: optional ``[B + 1]`` integer tensor of the blocks' offsets
+        (SGLang's ``mask_indptr``, each ``>= 0``): request ``i``'s block is
+        ``[mask_indptr[i], mask_indptr[i + 1])``, so every
+        ``mask_indptr[i + 1] - mask_indptr[i]`` must be
+        ``q_len_i * (prefix_len_i + q_len_i)`` and ``mask_indptr[B]`` at most
+        ``custom_mask.numel()``. SGLang's starts at 0, making ``mask_indptr[B]``
+        the sum of those sizes; a later start is accepted. Computed from the
+        lengths when None. Read on the host, like ``qo_indptr``.
 
     Returns:
       ``torch.int32 [total_q, W]`` on ``custom_mask``'s device.
 
     Raises:
-      TypeError: wrong dtypes (``mask_indptr`` not an integer tensor),
-      ``max_q_len`` not an integer. ValueError: shapes inconsistent, buffer too
-      small (every request's block must lie in it), negative prefix lengths or
-      ``mask_indptr`` offsets, ``max_q_len`` outside ``[0, 1024]`` or below the
-      longest request.
+      TypeError: wrong dtypes (``prefix_lens`` or ``mask_indptr`` not an
+      integer tensor, bool included), ``max_q_len`` not an integer.
+      ValueError: shapes inconsistent (``mask_indptr`` not ``[B + 1]``
+      included), buffer too small (every request's block must lie in it),
+      negative prefix lengths or ``mask_indptr`` offsets, a ``mask_indptr``
+      block whose size is not the FULL layout's ``q_len_i * (prefix_len_i +
+      q_len_i)``, ``max_q_len`` outside ``[0, 1024]`` or below the longest
+      request.
     """
     flat = _as_flat_bool(custom_mask, "custom_mask")
     _check_indptr(qo_indptr)
-    if not isinstance(prefix_lens, torch.Tensor) or prefix_lens.is_floating_point():
-        raise TypeError("prefix_lens: expected an integer tensor [B]")
+    check_tensor(prefix_lens, "prefix_lens")
+    if prefix_lens.is_floating_point() or prefix_lens.is_complex() or prefix_lens.dtype == torch.bool:
+        raise TypeError(f"prefix_lens: expected an integer tensor [B], got {prefix_lens.dtype}")
     B = qo_indptr.numel() - 1
     if prefix_lens.dim() != 1 or prefix_lens.numel() != B:
         raise ValueError(f"prefix_lens: expected shape [{B}], got {tuple(prefix_lens.shape)}")
@@ -494,20 +505,30 @@ def from_sglang_full_mask(
     sizes = q_lens * (pre + q_lens)
     if mask_indptr is None:
         starts = torch.cumsum(sizes, 0) - sizes
+        needed = int(sizes.sum())
     else:
         if not isinstance(mask_indptr, torch.Tensor):
             raise TypeError(f"mask_indptr: expected an integer tensor [{B} + 1], got {type(mask_indptr).__name__}")
         if mask_indptr.is_floating_point() or mask_indptr.is_complex() or mask_indptr.dtype == torch.bool:
             raise TypeError(f"mask_indptr: expected an integer tensor, got {mask_indptr.dtype}")
-        if mask_indptr.dim() != 1 or mask_indptr.numel() < B:
+        if mask_indptr.dim() != 1 or mask_indptr.numel() != B + 1:
             raise ValueError(f"mask_indptr: expected shape [{B} + 1], got {tuple(mask_indptr.shape)}")
-        starts = mask_indptr[:B].to(device=device, dtype=torch.int64)
-        if B and bool((starts < 0).any()):
-            i = int(torch.nonzero(starts < 0)[0, 0])
-            raise ValueError(f"mask_indptr: entry {i} is {int(starts[i])}; offsets must be >= 0")
-    needed = int((starts + sizes).max()) if B else 0
+        mi = mask_indptr.to(device=device, dtype=torch.int64)
+        if bool((mi < 0).any()):
+            i = int(torch.nonzero(mi < 0)[0, 0])
+            raise ValueError(f"mask_indptr: entry {i} is {int(mi[i])}; offsets must be >= 0")
+        spans = mi[1:] - mi[:-1]
+        if B and bool((spans != sizes).any()):
+            i = int(torch.nonzero(spans != sizes)[0, 0])
+            raise ValueError(
+                f"mask_indptr: request {i} spans mask_indptr[{i + 1}] - mask_indptr[{i}] = {int(spans[i])} "
+                f"entries; the FULL layout needs q_len * (prefix_len + q_len) = {int(sizes[i])}"
+            )
+        starts = mi[:B]
+        needed = int(mi[B])  # the end of the last block
     if flat.numel() < needed:
-        raise ValueError(f"custom_mask: has {flat.numel()} entries, the layout needs {needed}")
+        where = "" if mask_indptr is None else f" (mask_indptr[{B}] = {needed})"
+        raise ValueError(f"custom_mask: has {flat.numel()} entries, the layout needs {needed}{where}")
     real_max = int(q_lens.max()) if B else 0
     max_q_len = _check_max_q_len(max_q_len, real_max)
     num_words = mask_words(max_q_len)
