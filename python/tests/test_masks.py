@@ -563,3 +563,24 @@ def test_full_mask_mask_indptr_must_match_the_layout():
         masks.from_sglang_full_mask(buf, empty, torch.zeros(0, dtype=torch.int64), mask_indptr=torch.tensor([-1]))
     assert masks.from_sglang_full_mask(buf, empty, torch.zeros(0, dtype=torch.int64),
                                        mask_indptr=torch.tensor([100])).shape == (0, 1)
+
+
+@pytest.mark.parametrize("value", [2, -1, 255])
+def test_from_dense_integer_entries_must_be_0_or_1(value):
+    qo = _qo(2, 3)
+    dense = [torch.ones(2, 2, dtype=torch.int64).tril(), torch.ones(3, 3, dtype=torch.int64).tril()]
+    ref = masks.from_dense(dense, qo)
+    assert ref.equal(masks.from_dense([d.bool() for d in dense], qo))
+    dense[1][2, 0] = value
+    if value == 255:
+        dense = [d.to(torch.uint8) for d in dense]
+    with pytest.raises(ValueError, match=rf"^ancestor_bool: element 1 holds {value}; an integer mask must hold only 0 and 1"):
+        masks.from_dense(dense, qo)
+    padded = torch.zeros(2, 3, 3, dtype=dense[1].dtype)
+    padded[0, :2, :2] = dense[0]
+    padded[1] = dense[1]
+    with pytest.raises(ValueError, match=rf"^ancestor_bool: holds {value}; an integer mask must hold only 0 and 1"):
+        masks.from_dense(padded, qo)
+    padded[1, 2, 0] = 1
+    assert masks.from_dense(padded, qo).equal(ref)
+

@@ -309,6 +309,14 @@ def from_parents(
     return _to_int32_bits(words[:total_q])
 
 
+def _check_01(m: torch.Tensor, what: str) -> None:
+    """An integer (not bool) dense mask holds only 0 and 1 (ValueError naming ``what``)."""
+    if m.dtype != torch.bool:
+        bad = (m != 0) & (m != 1)
+        if bool(bad.any()):
+            raise ValueError(f"{what} holds {int(m[bad][0])}; an integer mask must hold only 0 and 1")
+
+
 def _dense_to_padded(ancestor_bool, qo_indptr: torch.Tensor):
     """Accept a list of [q_i, q_i] or a padded [B, max_q, max_q]; return padded bool."""
     B = qo_indptr.numel() - 1
@@ -322,6 +330,7 @@ def _dense_to_padded(ancestor_bool, qo_indptr: torch.Tensor):
             raise ValueError(f"ancestor_bool: has {ancestor_bool.shape[0]} requests, qo_indptr has {B}")
         if ancestor_bool.is_floating_point() or ancestor_bool.is_complex():
             raise TypeError(f"ancestor_bool: expected a bool or integer tensor, got {ancestor_bool.dtype}")
+        _check_01(ancestor_bool, "ancestor_bool:")
         return ancestor_bool != 0
     if not isinstance(ancestor_bool, (list, tuple)):
         raise TypeError(
@@ -339,6 +348,7 @@ def _dense_to_padded(ancestor_bool, qo_indptr: torch.Tensor):
             raise TypeError(f"ancestor_bool: element {i} has dtype {m.dtype}; expected bool or integer")
         if tuple(m.shape) != (q, q):
             raise ValueError(f"ancestor_bool: element {i} has shape {tuple(m.shape)}, expected ({q}, {q})")
+        _check_01(m, f"ancestor_bool: element {i}")
         out[i, :q, :q] = m.to(out.device) != 0
     return out
 
@@ -355,7 +365,9 @@ def from_dense(
       ancestor_bool: either a list of ``B`` bool (or 0/1 integer) tensors of
         shape ``[q_len_i, q_len_i]``, or one padded ``[B, max_q, max_q]`` tensor
         (entries outside ``[:q_len_i, :q_len_i]`` are ignored). Entry ``[t, c]``
-        is True iff draft token ``c`` is visible to draft token ``t``.
+        is True (1) iff draft token ``c`` is visible to draft token ``t``. An
+        integer tensor must hold only 0 and 1 (the padding of a padded one
+        included); any other value is refused, not read as True.
       qo_indptr: ``[B + 1]`` int32/int64 (FlashInfer naming).
       max_q_len: width bound, as in :func:`from_parents` (default: the real max).
 
@@ -364,8 +376,10 @@ def from_dense(
 
     Raises:
       TypeError: float inputs or non-tensors, ``max_q_len`` not an integer.
-      ValueError: shapes inconsistent with ``qo_indptr``, ``q_len_i > 1024``,
-      ``max_q_len`` outside ``[0, 1024]`` or below the longest request.
+      ValueError: an integer ``ancestor_bool`` holding a value other than 0 and
+      1 (the message names the element), shapes inconsistent with
+      ``qo_indptr``, ``q_len_i > 1024``, ``max_q_len`` outside ``[0, 1024]`` or
+      below the longest request.
 
     No check is made that the matrix is a tree (any visibility pattern is
     representable and the kernel applies it as given).
