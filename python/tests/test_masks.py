@@ -584,3 +584,16 @@ def test_from_dense_integer_entries_must_be_0_or_1(value):
     padded[1, 2, 0] = 1
     assert masks.from_dense(padded, qo).equal(ref)
 
+
+@pytest.mark.parametrize("device,exc,match", [
+    ("bogus", ValueError, r"^device: 'bogus' is not a device \("),
+    ("cuda:x", ValueError, r"^device: 'cuda:x' is not a device \("),
+    (-1, ValueError, r"^device: -1 is not a device \("),
+    (3.5, TypeError, r"^device: expected a str, int or torch.device, got float 3.5"),
+    ([0], TypeError, r"^device: expected a str, int or torch.device, got list \[0\]"),
+])
+def test_causal_bad_device_is_named(device, exc, match):
+    with pytest.raises(exc, match=match):
+        masks.causal(_qo(2, 3), device=device)
+    assert masks.causal(_qo(2, 3), device="cpu").equal(masks.causal(_qo(2, 3)))
+    assert masks.causal(_qo(2, 3), device=torch.device("cpu")).device.type == "cpu"

@@ -170,6 +170,19 @@ def _row_request_and_local(qo_indptr: torch.Tensor, total_q: int):
     return req, local
 
 
+def _as_device(device, name: str) -> torch.device:
+    """``torch.device(device)``, its errors named: TypeError for a type it does
+    not take, ValueError for a string or index that is no device."""
+    try:
+        return torch.device(device)
+    except TypeError:
+        raise TypeError(
+            f"{name}: expected a str, int or torch.device, got {type(device).__name__} {device!r}"
+        ) from None
+    except RuntimeError as e:
+        raise ValueError(f"{name}: {device!r} is not a device ({e})") from None
+
+
 def _check_max_q_len(max_q_len, real_max: Optional[int] = None) -> int:
     """The ``max_q_len`` rule of every builder: an integer (``as_int``: no str,
     float or bool) in ``[0, MAX_Q_LEN]`` and, when the longest request
@@ -722,16 +735,18 @@ def causal(
       max_q_len: words per row from this bound (``mask_words``); default the
         longest request.
       device: where the mask is built and returned (``qo_indptr`` is copied
-        there); default ``qo_indptr``'s device.
+        there): a ``torch.device``, or a str or int that ``torch.device``
+        takes; default ``qo_indptr``'s device.
 
     Raises:
       TypeError: ``qo_indptr`` not an int32/int64 tensor, ``max_q_len`` not an
-      integer. ValueError: ``qo_indptr`` not 1-D, not starting at 0, decreasing,
-      or a ``q_len_i > 1024``; ``max_q_len`` outside ``[0, 1024]`` or below the
-      longest request.
+      integer, ``device`` of a type ``torch.device`` does not take.
+      ValueError: ``qo_indptr`` not 1-D, not starting at 0, decreasing, or a
+      ``q_len_i > 1024``; ``max_q_len`` outside ``[0, 1024]`` or below the
+      longest request; ``device`` a string or index that names no device.
     """
     _check_indptr(qo_indptr)
-    device = qo_indptr.device if device is None else torch.device(device)
+    device = qo_indptr.device if device is None else _as_device(device, "device")
     ind = qo_indptr.to(device=device, dtype=torch.int64)
     total_q = int(ind[-1])
     _validate_indptr_values(ind, total_q)
