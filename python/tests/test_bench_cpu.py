@@ -971,6 +971,8 @@ def test_bench_baselines_flag_flashmla(tmp_path):
     (["--baselines=flex,nope"], "--baselines: unknown 'nope'; expected some of sglang_extend, sglang_chain, "
                                 "flex, flashinfer, flashmla, sglang_backend"),
     (["--page_size=0"], "--page_size: must be >= 1"),
+    (["--compare_configs=mla_m32n32_s1,bogus"], "--compare_configs: unknown 'bogus'; expected some of "
+                                                "mla_m64n32_s2, mla_m32n32_s2, mla_m32n32_s1, gqa_d64_m64n64_s2"),
 ])
 def test_bench_flag_errors(args, match):
     bench = _bench_module()
@@ -982,6 +984,26 @@ def test_bench_flag_errors(args, match):
         bench.FLAGS.unparse_flags()
 
 
+def _plan_cc():
+    """kernels/plan.cc, the plan's table of configurations (a data file of this test under Bazel)."""
+    for base in (_HERE, os.path.dirname(os.path.realpath(__file__))):
+        cand = os.path.join(os.path.dirname(os.path.dirname(base)), "kernels", "plan.cc")
+        if os.path.isfile(cand):
+            return cand
+    raise AssertionError(f"kernels/plan.cc not found from {_HERE}")
+
+
+def test_bench_known_configs_are_the_plans_tags():
+    """bench.KNOWN_CONFIGS (what --compare_configs accepts, the extension not needed)
+    is the tag list of kernels/plan.cc's kDescs, in its order."""
+    import re
+
+    with open(_plan_cc()) as f:
+        tags = re.findall(r'make_desc<\w+>\("(\w+)"\)', f.read())
+    assert len(tags) >= 10, tags
+    assert list(_bench_module().KNOWN_CONFIGS) == tags
+
+
 def test_bench_default_flags_are_valid():
     bench = _bench_module()
     try:
@@ -989,7 +1011,8 @@ def test_bench_default_flags_are_valid():
         assert bench.flag_errors() == []
         assert bench.FLAGS.time_budget_s is None  # unset: no limit
         bench.FLAGS(["bench", "--time_budget_s=150", "--warmup=0", "--min_iters=7", "--max_iters=7",
-                     "--baselines=sglang_backend,flashmla"])
+                     "--baselines=sglang_backend,flashmla",
+                     "--compare_configs=mla_wgmma_m64n64_pipe_rows,mla_wgmma_seesaw_tma"])
         assert bench.flag_errors() == []
     finally:
         bench.FLAGS.unparse_flags()
@@ -999,6 +1022,8 @@ def test_bench_default_flags_are_valid():
     (["--warmup=-1", "--shapes=mla B1 H16 T16 L4k"], "verify_attn bench: --warmup: must be >= 0 (got -1)"),
     (["--baselines=nope", "--shapes=mla B1 H16 T16 L4k"], "verify_attn bench: --baselines: unknown 'nope'"),
     (["--dry_run", "--min_iters=9", "--max_iters=3"], "verify_attn bench: --min_iters: must be <= --max_iters"),
+    (["--dry_run", "--compare_configs=bogus"], "verify_attn bench: --compare_configs: unknown 'bogus'; expected "
+                                               "some of mla_m64n32_s2, "),
     (["--list", "--warmup=-1"], "verify_attn bench: --warmup: must be >= 0"),
     (["--list", "--shapes=garbage"], "verify_attn bench: no shape matches --shapes='garbage'"),
     (["--shapes=garbage"], "verify_attn bench: no shape matches --shapes='garbage'"),
