@@ -466,6 +466,102 @@ def test_backend_padded_replay_metadata_cpu(layout):
         b.init_forward_metadata_out_graph(SimpleNamespace(**{**vars(view), "num_padding": bs + 1}))
 
 
+def _verify_fb(b, n, req_pool_indices, seq_lens, out_cache_loc, custom_mask, topk, **extra):
+    from types import SimpleNamespace
+
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    return SimpleNamespace(
+        forward_mode=ForwardMode.TARGET_VERIFY, batch_size=len(req_pool_indices),
+        spec_info=SimpleNamespace(custom_mask=custom_mask, topk=topk, num_tokens_per_req=n),
+        req_pool_indices=req_pool_indices, seq_lens=seq_lens, seq_lens_sum=int(seq_lens.sum()),
+        seq_lens_cpu=seq_lens.clone(), out_cache_loc=out_cache_loc, kv_loc_plan=None, **extra)
+
+
+# ForwardBatch._pad_inputs_to_size (DP attention / MLP sync, eager): req_pool_indices,
+# seq_lens and out_cache_loc padded to bs, custom_mask not, the real count kept in
+# _original_batch_size (no num_padding). A FULL mask of the real requests used to
+# fail its size check against the padded lengths.
+def test_backend_eager_dp_padded_batch_cpu():
+    _sglang_or_skip()
+    rng = random.Random(23)
+    n, raw_bs, bs, pool, width = 4, 2, 4, 5, 64
+    req_to_token = torch.randint(0, 5000, (pool, width), dtype=torch.int32)
+    b = _bare_backend(n, pool, req_to_token)
+    trees = [[-1] + [rng.randrange(i) for i in range(1, n)] for _ in range(raw_bs)]
+    seq_lens = torch.tensor([7, 20, 1, 1], dtype=torch.int32)
+    parts = []
+    for p, t in zip(seq_lens[:raw_bs].tolist(), trees):
+        m = torch.ones(n, p + n, dtype=torch.bool)
+        m[:, p:] = torch.tensor(_ancestors(t), dtype=torch.bool)
+        parts.append(m.reshape(-1))
+    out_cache_loc = torch.cat([torch.randint(5000, 6000, (raw_bs * n,)), torch.zeros((bs - raw_bs) * n, dtype=torch.int64)])
+    fb = _verify_fb(b, n, torch.tensor([3, 1, 0, 0]), seq_lens, out_cache_loc, torch.cat(parts), 4,
+                    _original_batch_size=raw_bs)
+    b.init_forward_metadata(fb)
+    m = b.va_metadata
+    chain = [[c <= t for c in range(n)] for t in range(n)]
+    assert _bits_to_rows(m.tree_mask, n) == [row for t in trees for row in _ancestors(t)] + chain * (bs - raw_bs)
+    # an idle DP rank relabelled TARGET_VERIFY (hybrid SSM models): no real request, an empty mask
+    idle = _verify_fb(b, n, torch.tensor([0, 0]), torch.tensor([1, 1], dtype=torch.int32),
+                      torch.zeros(2 * n, dtype=torch.int64), torch.zeros(0, dtype=torch.bool), 4,
+                      _original_batch_size=0)
+    b.init_forward_metadata(idle)
+    assert _bits_to_rows(b.va_metadata.tree_mask, n) == chain * 2
+
+
+def test_backend_refuses_capture_and_ragged_verify(monkeypatch):
+    _sglang_or_skip()
+    from types import SimpleNamespace
+
+    n = 4
+    b = _bare_backend(n, 4, torch.randint(0, 100, (4, 16), dtype=torch.int32))
+    fb = _verify_fb(b, n, torch.tensor([1]), torch.tensor([3], dtype=torch.int32),
+                    torch.arange(n, dtype=torch.int64), None, 1)
+    b.init_forward_metadata(fb)  # fine eagerly
+    # SGLang's metadata glue graph captures the prep: it reads this step's out_cache_loc
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with pytest.raises(RuntimeError, match="out_cache_loc"):
+        b.init_forward_metadata(fb)
+    monkeypatch.undo()
+    fb.spec_info.ragged_verify_layout = SimpleNamespace(verify_lens=torch.tensor([2]))
+    with pytest.raises(NotImplementedError, match="ragged"):
+        b.init_forward_metadata(fb)
+
+
+def test_sglang_modes_that_fall_back_to_triton(monkeypatch):
+    _sglang_or_skip()
+    from types import SimpleNamespace
+
+    import sglang.srt.runtime_context as rc
+    from verify_attn_sglang import backend as be
+
+    def bag(**kw):
+        return lambda: SimpleNamespace(**kw)
+
+    monkeypatch.setattr(rc, "get_exec", bag(overlap=SimpleNamespace(enable_two_batch_overlap=False)))
+    monkeypatch.setattr(rc, "get_disagg", bag(enable_pdmux=False))
+    monkeypatch.delenv("SGLANG_RAGGED_VERIFY_MODE", raising=False)
+    assert be._sglang_mode_reason() is None
+    monkeypatch.setattr(rc, "get_exec", bag(overlap=SimpleNamespace(enable_two_batch_overlap=True)))
+    assert "two-batch overlap" in be._sglang_mode_reason()
+    monkeypatch.setattr(rc, "get_exec", bag(overlap=SimpleNamespace(enable_two_batch_overlap=False)))
+    monkeypatch.setattr(rc, "get_disagg", bag(enable_pdmux=True))
+    assert "PD multiplexing" in be._sglang_mode_reason()
+    monkeypatch.setattr(rc, "get_disagg", bag(enable_pdmux=False))
+    monkeypatch.setenv("SGLANG_RAGGED_VERIFY_MODE", "compact")
+    assert "ragged" in be._sglang_mode_reason()
+
+    def unpublished():
+        raise ValueError("exec not published")
+
+    monkeypatch.delenv("SGLANG_RAGGED_VERIFY_MODE")
+    monkeypatch.setattr(rc, "get_exec", unpublished)
+    monkeypatch.setattr(rc, "get_disagg", unpublished)
+    assert be._sglang_mode_reason() is None
+
+
 def test_metadata_helpers_refuse_bad_sizes():
     n = 4
     seq_lens = torch.tensor([3, 9], dtype=torch.int32)

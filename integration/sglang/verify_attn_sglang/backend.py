@@ -35,8 +35,8 @@ Target verify (``ForwardMode.TARGET_VERIFY``, EAGLE/EAGLE3/NGRAM/DFlash/...):
 
 Configurations the kernel does not cover make the backend a plain Triton
 backend (with a warning at construction): sliding-window models, decode
-context parallelism, deterministic inference, DLLM, an fp8 KV cache, unsupported
-head dims. Layer features it does not implement (logit soft-capping, attention
+context parallelism, two-batch overlap, PD multiplexing, ragged target verify,
+deterministic inference, DLLM, an fp8 KV cache, unsupported head dims. Layer features it does not implement (logit soft-capping, attention
 sinks, score_mod, xai temperature, cross attention) raise NotImplementedError
 in target verify, naming the feature, rather than compute something else.
 """
@@ -79,6 +79,62 @@ class VerifyMetadata:
     max_kv_len: int
 
 
+def _sglang_mode_reason() -> Optional[str]:
+    """SGLang serving modes the backend cannot serve target verify in (None: none).
+
+    - two-batch overlap: its child backends get slices of the primary's verify
+      mask cut at FULL-layout offsets (``two_batch_overlap.split_spec_info``),
+      while ours is QLEN_ONLY; its child views carry no ``num_padding``;
+    - PD multiplexing: replays run on per-group backend instances, not the one
+      EAGLE wrote the mask into;
+    - ragged target verify (``SGLANG_RAGGED_VERIFY_MODE`` other than
+      ``static``): per-request draft counts, which the uniform ``qo_indptr``
+      here does not describe.
+    Flags that SGLang has not published (unit tests without a server) read as off.
+    """
+    try:
+        from sglang.srt.runtime_context import get_disagg, get_exec  # noqa: PLC0415
+    except ImportError:
+        get_disagg = get_exec = None
+
+    def flag(getter, *path):
+        if getter is None:
+            return False
+        try:
+            v = getter()
+            for a in path:
+                v = getattr(v, a)
+        except (ValueError, AttributeError, KeyError):
+            return False
+        return bool(v)
+
+    if flag(get_exec, "overlap", "enable_two_batch_overlap"):
+        return "two-batch overlap (--enable-two-batch-overlap)"
+    if flag(get_disagg, "enable_pdmux"):
+        return "PD multiplexing (--enable-pdmux)"
+    try:
+        from sglang.srt.environ import envs  # noqa: PLC0415
+
+        mode = envs.SGLANG_RAGGED_VERIFY_MODE.get()
+    except Exception:  # noqa: BLE001 - an SGLang without the setting: static verify
+        mode = "static"
+    if mode not in (None, "", "static"):
+        return f"ragged target verify (SGLANG_RAGGED_VERIFY_MODE={mode})"
+    return None
+
+
+def _real_batch_size(forward_batch, bs: int) -> int:
+    """Requests of this verify batch that are real: a padded CUDA-graph replay's
+    view says ``num_padding``; an eager batch padded for DP / MLP sync
+    (``ForwardBatch._pad_inputs_to_size``) keeps ``_original_batch_size``."""
+    num_padding = getattr(forward_batch, "num_padding", None)
+    if num_padding is None:
+        orig = getattr(forward_batch, "_original_batch_size", None)
+        if isinstance(orig, int) and not isinstance(orig, bool) and 0 <= orig <= bs:
+            num_padding = bs - orig
+    return md.real_batch_size(bs, num_padding)
+
+
 def _import_verify_attn():
     import verify_attn  # noqa: PLC0415
 
@@ -117,6 +173,9 @@ class VerifyAttnBackend(TritonAttnBackend):
             return f"{n} draft tokens > {MAX_DRAFT_TOKENS}"
         if self.dcp_size > 1:
             return "decode context parallelism (--dcp-size > 1)"
+        mode = _sglang_mode_reason()
+        if mode is not None:
+            return mode
         if self.sliding_window_size is not None and self.sliding_window_size > 0:
             return "sliding-window attention"
         if self.enable_deterministic:
@@ -237,7 +296,18 @@ class VerifyAttnBackend(TritonAttnBackend):
         # A padded CUDA-graph replay (build_replay_fb_view) gives the padded
         # capture buffers for req_pool_indices / seq_lens (bs lanes) but the real
         # batch's out_cache_loc and spec_info (raw_bs requests).
-        raw_bs = md.real_batch_size(bs, getattr(forward_batch, "num_padding", 0))
+        raw_bs = _real_batch_size(forward_batch, bs)
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            # SGLang's opt-in metadata glue graph (SGLANG_ENABLE_METADATA_GLUE_GRAPH)
+            # captures this prep; it reads this step's own out_cache_loc tensor,
+            # whose address a captured graph would keep. The glue catches the
+            # error and falls back to eager prep for good.
+            raise RuntimeError("verify_attn backend: target-verify metadata reads the step's out_cache_loc "
+                               "and cannot be captured in a CUDA graph; prepare it eagerly")
+        if getattr(spec, "ragged_verify_layout", None) is not None:
+            raise NotImplementedError("verify_attn backend: ragged target verify (per-request draft counts, "
+                                      "SGLANG_RAGGED_VERIFY_MODE) is not supported; run with "
+                                      "SGLANG_RAGGED_VERIFY_MODE=static or --attention-backend triton")
         n = self._target_verify_num_tokens_per_req(spec)
         seq_lens = forward_batch.seq_lens[:bs]
         dev = seq_lens.device
