@@ -159,5 +159,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("compiled_archs", []() { return std::string(va_compiled_archs()); },
         "Comma-separated GPU archs compiled in, e.g. 'sm_90a,sm_120a'.");
   m.def("abi_version", []() { return va_abi_version(); });
+  m.def("config_tags", []() { return std::string(va_config_tags()); },
+        "Comma-separated kernel configuration tags (VERIFY_ATTN_FORCE_CONFIG names).");
   m.def("status_name", [](int s) { return std::string(va_status_name(static_cast<va_status>(s))); });
 }

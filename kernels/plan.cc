@@ -88,6 +88,15 @@ bool tma_k_cache_ok(const va_params& p) {
 
 const ConfigDesc& config_desc(ConfigId id) { return kDescs[id]; }
 
+extern "C" const char* va_config_tags(void) {
+  static const std::string tags = [] {
+    std::string t;
+    for (int id = 0; id < kNumConfigs; ++id) t += (id ? "," : "") + std::string(kDescs[id].tag);
+    return t;
+  }();
+  return tags.c_str();
+}
+
 va_status query_device(DeviceInfo* info) {
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
@@ -217,16 +226,12 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
   const char* force = std::getenv("VERIFY_ATTN_FORCE_CONFIG");
   if (force && *force) {
     bool known = false;
-    std::string tags;
-    for (int id = 0; id < kNumConfigs; ++id) {
-      known = known || std::strcmp(kDescs[id].tag, force) == 0;
-      tags += (id ? ", " : "") + std::string(kDescs[id].tag);
-    }
+    for (int id = 0; id < kNumConfigs; ++id) known = known || std::strcmp(kDescs[id].tag, force) == 0;
     if (!known)
       return va_fail(VA_ERR_INVALID_VALUE,
                      "VERIFY_ATTN_FORCE_CONFIG: unknown configuration tag '%.64s' (unset it or "
                      "name one of: %s)",
-                     force, tags.c_str());
+                     force, va_config_tags());
     for (int id = 0; id < kNumConfigs; ++id) {
       const ConfigDesc& fd = kDescs[id];
       const bool serves = mla ? std::strncmp(fd.tag, "mla", 3) == 0

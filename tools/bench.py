@@ -71,13 +71,6 @@ flags.DEFINE_string("sglang_site", None, "Folder with SGLang installed (integrat
                     "default $VERIFY_ATTN_SGLANG_SITE, else an SGLang already importable.")
 flags.DEFINE_enum("flex", "auto", ["auto", "all", "none"],
                   "FlexAttention shapes: auto = those tagged 'flex' (bounds torch.compile time), all, none.")
-# Every VERIFY_ATTN_FORCE_CONFIG tag, in the order of kernels/plan.cc's kDescs (the
-# plan refuses any other; test_bench_cpu checks the two lists agree). A copy, so that
-# --compare_configs is checked before anything runs, --dry_run (no extension) too.
-KNOWN_CONFIGS = ("mla_m64n32_s2", "mla_m32n32_s2", "mla_m32n32_s1", "gqa_d64_m64n64_s2", "gqa_d128_m64n64_s2",
-                 "gqa_d256_m64n32_s2", "gqa_d256_m64n32_s1", "mla_m64n32_w8_s2", "mla_r32_m64n32_s2",
-                 "mla_r32_m32n32_s1", "mla_wgmma_m64n64", "mla_wgmma_m64n64_pipe", "mla_wgmma_m64n64_pipe_rows",
-                 "mla_wgmma_seesaw_tma")
 flags.DEFINE_list("compare_configs", [],
                   "Also time the paged kernel with each of these configurations forced "
                   "(VERIFY_ATTN_FORCE_CONFIG tags, e.g. mla_wgmma_m64n64_pipe_rows; an unknown tag is a "
@@ -175,10 +168,18 @@ def flag_errors():
     if unknown:
         errs.append(f"--baselines: unknown {', '.join(map(repr, unknown))}; expected some of "
                     f"{', '.join(KNOWN_BASELINES)}")
-    unknown = [c for c in FLAGS.compare_configs if c not in KNOWN_CONFIGS]
-    if unknown:
-        errs.append(f"--compare_configs: unknown {', '.join(map(repr, unknown))}; expected some of "
-                    f"{', '.join(KNOWN_CONFIGS)}")
+    if FLAGS.compare_configs:
+        try:  # the plan's own list (C-ABI va_config_tags); the extension loads without a GPU
+            import verify_attn
+
+            known = verify_attn.runtime_info()["config_tags"]
+        except Exception as e:  # noqa: BLE001
+            errs.append(f"--compare_configs: cannot check the tags, verify_attn's extension did not load ({e})")
+        else:
+            unknown = [c for c in FLAGS.compare_configs if c not in known]
+            if unknown:
+                errs.append(f"--compare_configs: unknown {', '.join(map(repr, unknown))}; expected some of "
+                            f"{', '.join(known)}")
     return errs
 
 

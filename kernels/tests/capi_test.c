@@ -164,6 +164,18 @@ int main(void) {
   p.q = NULL;
   expect("empty", va_attention(&p), VA_OK, NULL);
 
+  /* The configuration tags: comma-separated, the plan's first and last among them. */
+  {
+    const char* tags = va_config_tags();
+    if (tags != NULL && strncmp(tags, "mla_m64n32_s2,", 14) == 0 && strstr(tags, ",mla_wgmma_seesaw_tma") &&
+        strstr(tags, ",,") == NULL) {
+      ++g_passed;
+    } else {
+      ++g_failed;
+      printf("FAIL va_config_tags: \"%s\"\n", tags ? tags : "(null)");
+    }
+  }
+
   printf("%d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;
 }

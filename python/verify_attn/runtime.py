@@ -14,7 +14,10 @@ def runtime_info():
         ``cuda_runtime`` (int): CUDA runtime linked in, e.g. 13000 for 13.0,
         ``cuda_driver`` (int): the driver's CUDA version, 0 when no driver,
         ``compiled_archs`` (list[str]): GPU archs of the fat binary,
-          e.g. ``["sm_90a", "sm_120a"]``.
+          e.g. ``["sm_90a", "sm_120a"]``,
+        ``config_tags`` (list[str]): every kernel configuration's tag, in
+          the plan's order (``va_config_tags``): the names
+          ``VERIFY_ATTN_FORCE_CONFIG`` and ``bench --compare_configs`` take.
 
     Raises:
       ImportError: the compiled extension is not available.
@@ -27,6 +30,7 @@ def runtime_info():
         "cuda_runtime": runtime,
         "cuda_driver": driver,
         "compiled_archs": C.compiled_archs().split(","),
+        "config_tags": C.config_tags().split(","),
     }
 
 
