@@ -66,7 +66,8 @@ def main(folder):
                      " ".join(f"{x:.1f}" for x in a[shape]["ours"]), " ".join(f"{x:.1f}" for x in b[shape]["ours"]),
                      flag])
     print(f"A/B over {na} + {nb} runs (medians of per-run medians, us; FMLA ratio = FlashMLA chain / ours)")
-    print(tabulate(body, headers=["shape", "A us", "B us", "B/A-1", "A xFMLA", "B xFMLA", "A runs", "B runs", ""]))
+    print(tabulate(body, headers=["shape", "A us", "B us", "B/A-1", "A xFMLA", "B xFMLA", "A runs", "B runs", ""],
+                   disable_numparse=True))
     return 1 if any(r[-1] for r in body) else 0
 
 

@@ -1031,3 +1031,34 @@ def test_bench_usage_errors_exit_2_naming_the_flag(tmp_path, args, match):
     assert "needs an NVIDIA GPU" not in r.stderr  # refused before the device is looked at
     assert "USAGE" not in r.stderr and "verify_attn benchmark" not in r.stderr  # no full usage text
     assert r.stdout == ""
+
+
+def test_ab_compare_summarises_alternating_runs(tmp_path):
+    """tools/ab_compare.py (the summary of tools/ab_bench.sh): per shape the
+    median of the per-run medians of each wheel, B/A - 1, FlashMLA / ours, and
+    a non-zero exit when a check was wrong."""
+    import json
+
+    def run(tag, i, ours_us, fmla_us, status="ok"):
+        rows = [{"shape": "mla B1 H16 T64 L32k ddtree", "impls": {
+            "ours_paged": {"status": status, "graph": {"median_us": ours_us}, "eager": {"median_us": 2 * ours_us}},
+            "flashmla": {"status": "ok", "graph": {"median_us": fmla_us}}}},
+            {"shape": "mla B1 H16 T16 L4k chain", "impls": {
+                "ours_paged": {"status": "ok", "eager": {"median_us": 20.0 + i}}}}]
+        (tmp_path / f"ab_{tag}_{i}.json").write_text(json.dumps({"rows": rows}))
+
+    for i, (a, b) in enumerate([(100.0, 90.0), (110.0, 94.0), (102.0, 92.0)], start=1):  # mean of A: 104
+        run("A", i, a, 120.0)
+        run("B", i, b, 108.0)
+    ab = os.path.join(os.path.dirname(_bench_py()), "ab_compare.py")
+    r = subprocess.run([sys.executable, ab, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if x.startswith("mla B1 H16 T64 L32k"))
+    cells = line.split()
+    # A median 102, B median 92: -9.8%; FlashMLA 120 / 102 = 1.176, 108 / 92 = 1.174
+    assert cells[6:10] == ["102.0", "92.0", "-9.8%", "1.176"] and cells[10] == "1.174", line
+    chain = next(x for x in r.stdout.splitlines() if x.startswith("mla B1 H16 T16 L4k chain"))
+    assert "22.0" in chain.split() and "+0.0%" in chain.split(), chain  # eager when no graph time
+    run("B", 2, 94.0, 108.0, status="wrong")
+    r = subprocess.run([sys.executable, ab, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "WRONG" in r.stdout, r.stdout
