@@ -436,7 +436,7 @@ def test_full_mask_mask_indptr_validated():
     pre = torch.tensor([3])
     with pytest.raises(ValueError, match=r"^mask_indptr: entry 0 is -100; offsets must be >= 0"):
         masks.from_sglang_full_mask(buf, qo, pre, mask_indptr=torch.tensor([-100, 60]))
-    with pytest.raises(TypeError, match=r"^mask_indptr: expected an integer tensor, got torch.float32"):
+    with pytest.raises(TypeError, match=r"^mask_indptr: expected an integer tensor \[1 \+ 1\], got torch.float32"):
         masks.from_sglang_full_mask(buf, qo, pre, mask_indptr=torch.tensor([0.0, 10.0]))
     with pytest.raises(TypeError, match=r"^mask_indptr: expected an integer tensor \[1 \+ 1\], got list"):
         masks.from_sglang_full_mask(buf, qo, pre, mask_indptr=[0, 10])
@@ -528,7 +528,7 @@ def test_full_mask_prefix_lens_must_be_an_integer_tensor(dtype):
     buf, qo, _ = _full_args()
     with pytest.raises(TypeError, match=rf"^prefix_lens: expected an integer tensor \[B\], got {dtype}"):
         masks.from_sglang_full_mask(buf, qo, torch.tensor([1, 1], dtype=dtype))
-    with pytest.raises(TypeError, match=r"^prefix_lens: expected a torch.Tensor, got list"):
+    with pytest.raises(TypeError, match=r"^prefix_lens: expected an integer tensor \[B\], got list"):
         masks.from_sglang_full_mask(buf, qo, [1, 2])
 
 

@@ -58,6 +58,16 @@ def check_tensor(x, name: str, optional: bool = False) -> None:
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
 
 
+def check_int_tensor(x, name: str, what: str = "") -> None:
+    """``x`` is a torch.Tensor of an integer dtype (bool excluded), else
+    TypeError naming ``name`` (``what``: the expected shape, for the message)."""
+    want = f"{name}: expected an integer tensor{' ' + what if what else ''}"
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{want}, got {type(x).__name__}")
+    if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+        raise TypeError(f"{want}, got {x.dtype}")
+
+
 def check_tree_mask_dtype(tree_mask) -> None:
     """A tree mask is a tensor of int32 (bit pattern) or uint32 words (TypeError);
     a dense bool / float mask is not one (:mod:`verify_attn.masks` converts)."""

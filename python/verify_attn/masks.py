@@ -38,7 +38,7 @@ from typing import List, Optional, Sequence, Union
 import torch
 
 from ._args import as_bool, as_int
-from ._checks import check_tensor
+from ._checks import check_int_tensor
 
 __all__ = [
     "mask_words",
@@ -515,9 +515,7 @@ def from_sglang_full_mask(
     """
     flat = _as_flat_bool(custom_mask, "custom_mask")
     _check_indptr(qo_indptr)
-    check_tensor(prefix_lens, "prefix_lens")
-    if prefix_lens.is_floating_point() or prefix_lens.is_complex() or prefix_lens.dtype == torch.bool:
-        raise TypeError(f"prefix_lens: expected an integer tensor [B], got {prefix_lens.dtype}")
+    check_int_tensor(prefix_lens, "prefix_lens", "[B]")
     B = qo_indptr.numel() - 1
     if prefix_lens.dim() != 1 or prefix_lens.numel() != B:
         raise ValueError(f"prefix_lens: expected shape [{B}], got {tuple(prefix_lens.shape)}")
@@ -534,10 +532,7 @@ def from_sglang_full_mask(
         starts = torch.cumsum(sizes, 0) - sizes
         needed = int(sizes.sum())
     else:
-        if not isinstance(mask_indptr, torch.Tensor):
-            raise TypeError(f"mask_indptr: expected an integer tensor [{B} + 1], got {type(mask_indptr).__name__}")
-        if mask_indptr.is_floating_point() or mask_indptr.is_complex() or mask_indptr.dtype == torch.bool:
-            raise TypeError(f"mask_indptr: expected an integer tensor, got {mask_indptr.dtype}")
+        check_int_tensor(mask_indptr, "mask_indptr", f"[{B} + 1]")
         if mask_indptr.dim() != 1 or mask_indptr.numel() != B + 1:
             raise ValueError(f"mask_indptr: expected shape [{B} + 1], got {tuple(mask_indptr.shape)}")
         mi = mask_indptr.to(device=device, dtype=torch.int64)

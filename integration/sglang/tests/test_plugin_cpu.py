@@ -165,6 +165,19 @@ def _bits_to_rows(bits, n):
     return out
 
 
+def _full_mask(prefix_lens, trees):
+    """SGLang's FULL verify mask of requests with these prefix lengths and draft
+    trees (parent lists): per request ``n x (prefix + n)`` bools, the prefix
+    all visible, the drafts by ancestry, concatenated."""
+    parts = []
+    for p, parents in zip(prefix_lens, trees):
+        n = len(parents)
+        m = torch.ones(n, p + n, dtype=torch.bool)
+        m[:, p:] = torch.tensor(_ancestors(parents), dtype=torch.bool)
+        parts.append(m.reshape(-1))
+    return torch.cat(parts)
+
+
 HAND_TREES = {
     "chain4": [-1, 0, 1, 2],
     "kit_tree3": [-1, 0, 0],  # SGLang's kit tree: root + two branches
@@ -190,16 +203,8 @@ def test_full_mask_to_bits_matches_qlen_only():
     rng = random.Random(5)
     n = 40  # two words per row
     seq_lens = torch.tensor([3, 17, 1, 64], dtype=torch.int32)
-    trees = []
-    full = []
-    for p in seq_lens.tolist():
-        parents = [-1] + [rng.randrange(i) for i in range(1, n)]
-        trees.append(parents)
-        anc = torch.tensor(_ancestors(parents), dtype=torch.bool)
-        req = torch.ones(n, p + n, dtype=torch.bool)
-        req[:, p:] = anc
-        full.append(req.reshape(-1))
-    full = torch.cat(full)
+    trees = [[-1] + [rng.randrange(i) for i in range(1, n)] for _ in seq_lens.tolist()]
+    full = _full_mask(seq_lens.tolist(), trees)
     qlen = torch.cat([torch.tensor(_ancestors(t), dtype=torch.bool).reshape(-1) for t in trees])
     b_full = md.full_mask_to_bits(full, seq_lens, n)
     b_qlen = md.qlen_only_to_bits(qlen, 4, n)
@@ -324,14 +329,22 @@ def _bare_backend(n, max_bs, req_to_token, max_context_len=64):
     return b
 
 
-@pytest.mark.parametrize("graph", [False, True])
-@pytest.mark.parametrize("layout", ["qlen_own", "qlen_foreign", "full", "chain"])
-def test_backend_target_verify_metadata_cpu(graph, layout):
-    _sglang_or_skip()
+def _verify_fb(n, req_pool_indices, seq_lens, out_cache_loc, custom_mask, topk, **extra):
     from types import SimpleNamespace
 
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
+    return SimpleNamespace(
+        forward_mode=ForwardMode.TARGET_VERIFY, batch_size=len(req_pool_indices),
+        spec_info=SimpleNamespace(custom_mask=custom_mask, topk=topk, num_tokens_per_req=n),
+        req_pool_indices=req_pool_indices, seq_lens=seq_lens, seq_lens_sum=int(seq_lens.sum()),
+        seq_lens_cpu=seq_lens.clone(), out_cache_loc=out_cache_loc, kv_loc_plan=None, **extra)
+
+
+@pytest.mark.parametrize("graph", [False, True])
+@pytest.mark.parametrize("layout", ["qlen_own", "qlen_foreign", "full", "chain"])
+def test_backend_target_verify_metadata_cpu(graph, layout):
+    _sglang_or_skip()
     rng = random.Random(7)
     n, bs, pool, width = 6, 3, 5, 64
     req_to_token = torch.randint(0, 5000, (pool, width), dtype=torch.int32)
@@ -352,20 +365,10 @@ def test_backend_target_verify_metadata_cpu(graph, layout):
     elif layout == "qlen_foreign":
         custom_mask = qlen.clone()
     elif layout == "full":
-        parts = []
-        for p, a in zip(seq_lens.tolist(), anc):
-            m = torch.ones(n, p + n, dtype=torch.bool)
-            m[:, p:] = a
-            parts.append(m.reshape(-1))
-        custom_mask = torch.cat(parts)
+        custom_mask = _full_mask(seq_lens.tolist(), trees)
     else:
         custom_mask, topk = torch.tril(torch.ones(n, n, dtype=torch.bool)).repeat(bs, 1, 1).reshape(-1), 1
-    fb = SimpleNamespace(
-        forward_mode=ForwardMode.TARGET_VERIFY,
-        spec_info=SimpleNamespace(custom_mask=custom_mask, topk=topk, num_tokens_per_req=n),
-        req_pool_indices=req_pool_indices, seq_lens=seq_lens, seq_lens_sum=int(seq_lens.sum()),
-        seq_lens_cpu=seq_lens.clone(), out_cache_loc=out_cache_loc, kv_loc_plan=None, batch_size=bs,
-    )
+    fb = _verify_fb(n, req_pool_indices, seq_lens, out_cache_loc, custom_mask, topk)
     if graph:
         b.init_forward_metadata_out_graph(fb, in_capture=True)
     else:
@@ -404,8 +407,6 @@ def test_backend_padded_replay_metadata_cpu(layout):
     _sglang_or_skip()
     from types import SimpleNamespace
 
-    from sglang.srt.model_executor.forward_batch_info import ForwardMode
-
     rng = random.Random(17)
     n, raw_bs, bs, pool, width = 5, 3, 5, 6, 64
     req_to_token = torch.randint(0, 5000, (pool, width), dtype=torch.int32)
@@ -427,20 +428,10 @@ def test_backend_padded_replay_metadata_cpu(layout):
     elif layout == "qlen_foreign":  # NGRAM's own raw_bs * n * n buffer
         custom_mask = qlen.clone()
     elif layout == "full":
-        parts = []
-        for p, a in zip(seq_lens[:raw_bs].tolist(), anc):
-            m = torch.ones(n, p + n, dtype=torch.bool)
-            m[:, p:] = a
-            parts.append(m.reshape(-1))
-        custom_mask = torch.cat(parts)
+        custom_mask = _full_mask(seq_lens[:raw_bs].tolist(), trees)
     else:
         custom_mask, topk = torch.tril(torch.ones(n, n, dtype=torch.bool)).repeat(raw_bs, 1, 1).reshape(-1), 1
-    view = SimpleNamespace(
-        batch_size=bs, forward_mode=ForwardMode.TARGET_VERIFY, num_padding=bs - raw_bs,
-        spec_info=SimpleNamespace(custom_mask=custom_mask, topk=topk, num_tokens_per_req=n),
-        req_pool_indices=req_pool_indices, seq_lens=seq_lens, seq_lens_sum=int(seq_lens.sum()),
-        seq_lens_cpu=seq_lens.clone(), out_cache_loc=out_cache_loc, kv_loc_plan=None,
-    )
+    view = _verify_fb(n, req_pool_indices, seq_lens, out_cache_loc, custom_mask, topk, num_padding=bs - raw_bs)
     b.init_forward_metadata_out_graph(view)
     m = b.va_metadata
     assert m.bs == bs and m.n == n
@@ -466,18 +457,6 @@ def test_backend_padded_replay_metadata_cpu(layout):
         b.init_forward_metadata_out_graph(SimpleNamespace(**{**vars(view), "num_padding": bs + 1}))
 
 
-def _verify_fb(b, n, req_pool_indices, seq_lens, out_cache_loc, custom_mask, topk, **extra):
-    from types import SimpleNamespace
-
-    from sglang.srt.model_executor.forward_batch_info import ForwardMode
-
-    return SimpleNamespace(
-        forward_mode=ForwardMode.TARGET_VERIFY, batch_size=len(req_pool_indices),
-        spec_info=SimpleNamespace(custom_mask=custom_mask, topk=topk, num_tokens_per_req=n),
-        req_pool_indices=req_pool_indices, seq_lens=seq_lens, seq_lens_sum=int(seq_lens.sum()),
-        seq_lens_cpu=seq_lens.clone(), out_cache_loc=out_cache_loc, kv_loc_plan=None, **extra)
-
-
 # ForwardBatch._pad_inputs_to_size (DP attention / MLP sync, eager): req_pool_indices,
 # seq_lens and out_cache_loc padded to bs, custom_mask not, the real count kept in
 # _original_batch_size (no num_padding). A FULL mask of the real requests used to
@@ -490,20 +469,15 @@ def test_backend_eager_dp_padded_batch_cpu():
     b = _bare_backend(n, pool, req_to_token)
     trees = [[-1] + [rng.randrange(i) for i in range(1, n)] for _ in range(raw_bs)]
     seq_lens = torch.tensor([7, 20, 1, 1], dtype=torch.int32)
-    parts = []
-    for p, t in zip(seq_lens[:raw_bs].tolist(), trees):
-        m = torch.ones(n, p + n, dtype=torch.bool)
-        m[:, p:] = torch.tensor(_ancestors(t), dtype=torch.bool)
-        parts.append(m.reshape(-1))
     out_cache_loc = torch.cat([torch.randint(5000, 6000, (raw_bs * n,)), torch.zeros((bs - raw_bs) * n, dtype=torch.int64)])
-    fb = _verify_fb(b, n, torch.tensor([3, 1, 0, 0]), seq_lens, out_cache_loc, torch.cat(parts), 4,
+    fb = _verify_fb(n, torch.tensor([3, 1, 0, 0]), seq_lens, out_cache_loc, _full_mask(seq_lens[:raw_bs].tolist(), trees), 4,
                     _original_batch_size=raw_bs)
     b.init_forward_metadata(fb)
     m = b.va_metadata
     chain = [[c <= t for c in range(n)] for t in range(n)]
     assert _bits_to_rows(m.tree_mask, n) == [row for t in trees for row in _ancestors(t)] + chain * (bs - raw_bs)
     # an idle DP rank relabelled TARGET_VERIFY (hybrid SSM models): no real request, an empty mask
-    idle = _verify_fb(b, n, torch.tensor([0, 0]), torch.tensor([1, 1], dtype=torch.int32),
+    idle = _verify_fb(n, torch.tensor([0, 0]), torch.tensor([1, 1], dtype=torch.int32),
                       torch.zeros(2 * n, dtype=torch.int64), torch.zeros(0, dtype=torch.bool), 4,
                       _original_batch_size=0)
     b.init_forward_metadata(idle)
@@ -516,7 +490,7 @@ def test_backend_refuses_capture_and_ragged_verify(monkeypatch):
 
     n = 4
     b = _bare_backend(n, 4, torch.randint(0, 100, (4, 16), dtype=torch.int32))
-    fb = _verify_fb(b, n, torch.tensor([1]), torch.tensor([3], dtype=torch.int32),
+    fb = _verify_fb(n, torch.tensor([1]), torch.tensor([3], dtype=torch.int32),
                     torch.arange(n, dtype=torch.int64), None, 1)
     b.init_forward_metadata(fb)  # fine eagerly
     # SGLang's metadata glue graph captures the prep: it reads this step's out_cache_loc

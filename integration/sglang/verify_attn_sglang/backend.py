@@ -130,8 +130,8 @@ def _real_batch_size(forward_batch, bs: int) -> int:
     num_padding = getattr(forward_batch, "num_padding", None)
     if num_padding is None:
         orig = getattr(forward_batch, "_original_batch_size", None)
-        if isinstance(orig, int) and not isinstance(orig, bool) and 0 <= orig <= bs:
-            num_padding = bs - orig
+        if orig is not None:
+            num_padding = bs - orig  # real_batch_size checks it
     return md.real_batch_size(bs, num_padding)
 
 

@@ -42,6 +42,7 @@ from typing import Optional
 import torch
 
 from verify_attn import masks as _masks
+from verify_attn._args import as_int
 
 __all__ = [
     "mask_words",
@@ -69,8 +70,9 @@ def _check_out(out: torch.Tensor, need: int, name: str = "out") -> None:
 
 
 def _check_n(n) -> int:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n: the draft tokens per request must be an int >= 1, got {n!r}")
+    n = as_int(n, "n")  # TypeError for a non-integer
+    if n < 1:
+        raise ValueError(f"n: the draft tokens per request must be >= 1, got {n}")
     return n
 
 
@@ -80,11 +82,12 @@ def real_batch_size(bs: int, num_padding) -> int:
     ``num_padding`` is the replay view's field (``None`` / absent: 0).
 
     Raises:
-      ValueError: ``num_padding`` not an int in ``[0, bs]``.
+      TypeError: ``num_padding`` not an integer.
+      ValueError: ``num_padding`` outside ``[0, bs]``.
     """
-    num_padding = 0 if num_padding is None else num_padding
-    if isinstance(num_padding, bool) or not isinstance(num_padding, int) or not 0 <= num_padding <= bs:
-        raise ValueError(f"num_padding: must be an int in [0, {bs}] (the batch's padded lanes), got {num_padding!r}")
+    num_padding = 0 if num_padding is None else as_int(num_padding, "num_padding")
+    if not 0 <= num_padding <= bs:
+        raise ValueError(f"num_padding: must be in [0, {bs}] (the batch's padded lanes), got {num_padding}")
     return bs - num_padding
 
 
