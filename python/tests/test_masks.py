@@ -597,3 +597,56 @@ def test_causal_bad_device_is_named(device, exc, match):
         masks.causal(_qo(2, 3), device=device)
     assert masks.causal(_qo(2, 3), device="cpu").equal(masks.causal(_qo(2, 3)))
     assert masks.causal(_qo(2, 3), device=torch.device("cpu")).device.type == "cpu"
+
+
+@pytest.mark.parametrize("value", [2, -1, 255])
+def test_sglang_flat_integer_masks_must_be_0_or_1(value):
+    """from_sglang_full_mask and from_sglang_qlen_only refuse an integer flat mask holding
+    anything but 0 and 1 (it was read as True), naming the argument, like from_dense."""
+    buf, qo, pre = _full_args()
+    ref_full = masks.from_sglang_full_mask(buf, qo, pre)
+    qlen = torch.ones(13, dtype=torch.bool)  # 2 * 2 + 3 * 3 entries
+    ref_qlen = masks.from_sglang_qlen_only(qlen, qo)
+    dtype = torch.uint8 if value == 255 else torch.int64
+    ibuf, iqlen = buf.to(dtype), qlen.to(dtype)
+    assert masks.from_sglang_full_mask(ibuf, qo, pre).equal(ref_full)
+    assert masks.from_sglang_qlen_only(iqlen, qo).equal(ref_qlen)
+    ibuf[7] = value  # request 1, row 0, a draft column
+    iqlen[5] = value  # request 1, row 0, column 1
+    with pytest.raises(ValueError, match=rf"^custom_mask: holds {value}; an integer mask must hold only 0 and 1"):
+        masks.from_sglang_full_mask(ibuf, qo, pre)
+    with pytest.raises(ValueError, match=rf"^mask: holds {value}; an integer mask must hold only 0 and 1"):
+        masks.from_sglang_qlen_only(iqlen, qo)
+
+
+def test_sglang_flat_bool_masks_are_not_scanned():
+    """A bool FULL / QLEN_ONLY mask (SGLang's, ~1 GiB for a large FULL buffer) pays no pass over
+    the buffer for the 0/1 check: the only torch calls that see it are metadata, the flattening
+    view and the gather of the rows read."""
+    from torch.overrides import TorchFunctionMode
+
+    n = 1 << 16
+
+    class Record(TorchFunctionMode):
+        """Names of the torch functions called with a tensor of n entries."""
+
+        def __init__(self):
+            super().__init__()
+            self.names = set()
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if any(isinstance(a, torch.Tensor) and a.numel() == n for a in (*args, *kwargs.values())):
+                self.names.add(getattr(func, "__name__", str(func)))
+            return func(*args, **kwargs)
+
+    buf, qo, pre = torch.ones(n, dtype=torch.bool), _qo(2, 3), torch.tensor([1, 2])
+    metadata_view_gather = {"__get__", "is_floating_point", "is_complex", "numel", "reshape", "__getitem__"}
+    for build in (lambda m: masks.from_sglang_full_mask(m, qo, pre), lambda m: masks.from_sglang_qlen_only(m, qo)):
+        with Record() as rec:
+            build(buf)
+        assert rec.names <= metadata_view_gather, rec.names - metadata_view_gather
+        ibuf = buf.to(torch.uint8)
+        with Record() as rec:
+            build(ibuf)
+        assert "ne" in rec.names  # an integer mask is read (checked and converted) in full

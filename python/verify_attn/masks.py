@@ -440,11 +440,16 @@ def _gather_pack_words(flat: torch.Tensor, row_base: torch.Tensor, q_len_row: to
 
 
 def _as_flat_bool(mask: torch.Tensor, name: str) -> torch.Tensor:
+    """A bool or 0/1 integer mask, flattened to bool. A bool mask is only viewed
+    (no pass over it); an integer one is checked whole by ``_check_01``."""
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(mask).__name__}")
     if mask.is_floating_point() or mask.is_complex():
         raise TypeError(f"{name}: expected a bool (or 0/1 integer) tensor, got {mask.dtype}")
-    return (mask.reshape(-1) != 0) if mask.dtype != torch.bool else mask.reshape(-1)
+    if mask.dtype == torch.bool:
+        return mask.reshape(-1)
+    _check_01(mask, f"{name}:")
+    return mask.reshape(-1) != 0
 
 
 def from_sglang_full_mask(
@@ -484,7 +489,10 @@ def from_sglang_full_mask(
     Args:
       custom_mask: flat bool (or 0/1 integer) tensor with at least
         ``sum_i q_len_i * (prefix_len_i + q_len_i)`` entries (a larger,
-        preallocated buffer is accepted; the tail is ignored).
+        preallocated buffer is accepted; the tail is ignored). An integer
+        tensor must hold only 0 and 1 in all its entries (prefix columns and
+        tail included); any other value is refused, not read as True. A bool
+        one is not scanned.
       qo_indptr: ``[B + 1]`` int32/int64. SGLang's target verify uses
         ``arange(0, (bs + 1) * q, q)``; ragged ``q_len_i`` are accepted.
       prefix_lens: ``[B]`` integer tensor (not bool), the committed prefix length
@@ -506,7 +514,8 @@ def from_sglang_full_mask(
     Raises:
       TypeError: wrong dtypes (``prefix_lens`` or ``mask_indptr`` not an
       integer tensor, bool included), ``max_q_len`` not an integer.
-      ValueError: shapes inconsistent (``mask_indptr`` not ``[B + 1]``
+      ValueError: an integer ``custom_mask`` holding a value other than 0 and
+      1, shapes inconsistent (``mask_indptr`` not ``[B + 1]``
       included), buffer too small (every request's block must lie in it),
       negative prefix lengths or ``mask_indptr`` offsets, a ``mask_indptr``
       block whose size is not the FULL layout's ``q_len_i * (prefix_len_i +
@@ -582,7 +591,10 @@ def from_sglang_qlen_only(
     (offsets are the exclusive cumsum of ``q_len_i ** 2``).
 
     Args:
-      mask: flat bool (or 0/1 integer) tensor with >= ``sum_i q_len_i ** 2`` entries.
+      mask: flat bool (or 0/1 integer) tensor with >= ``sum_i q_len_i ** 2``
+        entries. An integer tensor must hold only 0 and 1 in all its entries
+        (any tail included); any other value is refused, not read as True. A
+        bool one is not scanned.
       qo_indptr: ``[B + 1]`` int32/int64.
       max_q_len: width bound (default: the real max).
 
@@ -590,9 +602,10 @@ def from_sglang_qlen_only(
       ``torch.int32 [total_q, W]`` on ``mask``'s device.
 
     Raises:
-      TypeError: wrong dtypes, ``max_q_len`` not an integer. ValueError: buffer
-      too small, bad ``qo_indptr``, ``max_q_len`` outside ``[0, 1024]`` or below
-      the longest request.
+      TypeError: wrong dtypes, ``max_q_len`` not an integer. ValueError: an
+      integer ``mask`` holding a value other than 0 and 1, buffer too small,
+      bad ``qo_indptr``, ``max_q_len`` outside ``[0, 1024]`` or below the
+      longest request.
     """
     flat = _as_flat_bool(mask, "mask")
     _check_indptr(qo_indptr)
