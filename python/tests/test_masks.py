@@ -650,3 +650,26 @@ def test_sglang_flat_bool_masks_are_not_scanned():
         with Record() as rec:
             build(ibuf)
         assert "ne" in rec.names  # an integer mask is read (checked and converted) in full
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:0", torch.device("cuda")])
+def test_causal_cuda_device_without_cuda_is_named(device, monkeypatch):
+    """device="cuda" where torch has no CUDA: a ValueError naming device, not torch's
+    AssertionError ("Torch not compiled with CUDA enabled") from the copy. (An int
+    device there is already refused by torch.device: "is not a device".)"""
+    if not torch.cuda.is_available():  # the real CPU-only build, unpatched
+        with pytest.raises(ValueError, match=rf"^device: CUDA is not available \({re.escape(repr(device))}; "
+                                             r"torch.cuda.is_available\(\) is False\)"):
+            masks.causal(_qo(2, 3), device=device)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match=r"^device: CUDA is not available \("):
+        masks.causal(_qo(2, 3), device=device)
+
+
+def test_causal_cuda_ordinal_out_of_range_is_named(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    for device in ("cuda:2", torch.device("cuda", 5)):
+        with pytest.raises(ValueError, match=rf"^device: {re.escape(repr(device))} names CUDA device "
+                                             rf"{torch.device(device).index}; torch sees 2"):
+            masks.causal(_qo(2, 3), device=device)

@@ -172,15 +172,24 @@ def _row_request_and_local(qo_indptr: torch.Tensor, total_q: int):
 
 def _as_device(device, name: str) -> torch.device:
     """``torch.device(device)``, its errors named: TypeError for a type it does
-    not take, ValueError for a string or index that is no device."""
+    not take, ValueError for a string or index that is no device, and for a
+    CUDA device when torch has no CUDA or not that many CUDA devices (instead
+    of torch's AssertionError / invalid-ordinal error at the first copy)."""
     try:
-        return torch.device(device)
+        dev = torch.device(device)
     except TypeError:
         raise TypeError(
             f"{name}: expected a str, int or torch.device, got {type(device).__name__} {device!r}"
         ) from None
     except RuntimeError as e:
         raise ValueError(f"{name}: {device!r} is not a device ({e})") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{name}: CUDA is not available ({device!r}; torch.cuda.is_available() is False)")
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            raise ValueError(f"{name}: {device!r} names CUDA device {dev.index}; torch sees {count}")
+    return dev
 
 
 def _check_max_q_len(max_q_len, real_max: Optional[int] = None) -> int:
@@ -751,7 +760,9 @@ def causal(
       integer, ``device`` of a type ``torch.device`` does not take.
       ValueError: ``qo_indptr`` not 1-D, not starting at 0, decreasing, or a
       ``q_len_i > 1024``; ``max_q_len`` outside ``[0, 1024]`` or below the
-      longest request; ``device`` a string or index that names no device.
+      longest request; ``device`` a string or index that names no device, or
+      a CUDA device when CUDA is not available (``torch.cuda.is_available()``
+      False) or its index is not below ``torch.cuda.device_count()``.
     """
     _check_indptr(qo_indptr)
     device = qo_indptr.device if device is None else _as_device(device, "device")
