@@ -457,6 +457,69 @@ def test_backend_padded_replay_metadata_cpu(layout):
         b.init_forward_metadata_out_graph(SimpleNamespace(**{**vars(view), "num_padding": bs + 1}))
 
 
+def _count_tril(monkeypatch):
+    """Counts torch.tril calls from here on: the padded requests' causal rows are built with it."""
+    calls = []
+    tril = torch.tril
+    monkeypatch.setattr(torch, "tril", lambda *a, **k: (calls.append(1), tril(*a, **k))[1])
+    return calls
+
+
+def test_tree_mask_bits_pad_rows_are_the_causal_rows(monkeypatch):
+    """tree_mask_bits(pad_rows=causal_rows(n)) writes the same bits as building the padded
+    requests' causal rows itself, and builds nothing per call."""
+    rng = random.Random(29)
+    n, bs, raw_bs = 5, 4, 1
+    trees = [[-1] + [rng.randrange(i) for i in range(1, n)] for _ in range(raw_bs)]
+    qlen = torch.cat([torch.tensor(_ancestors(t), dtype=torch.bool).reshape(-1) for t in trees])
+    seq_lens = torch.tensor([7, 1, 1, 1], dtype=torch.int32)
+    chain = [[c <= t for c in range(n)] for t in range(n)]
+    ref = md.tree_mask_bits(qlen, seq_lens, n, raw_bs)
+    assert _bits_to_rows(ref, n) == _ancestors(trees[0]) + chain * (bs - raw_bs)
+    pad = md.causal_rows(n)
+    assert pad.dtype == torch.int32 and tuple(pad.shape) == (n, 1) and _bits_to_rows(pad, n) == chain
+    assert md.causal_rows(40).shape == (40, 2) and _bits_to_rows(md.causal_rows(40), 40)[39] == [True] * 40
+    calls = _count_tril(monkeypatch)
+    out = torch.empty(bs * n, 1, dtype=torch.int32)
+    for _ in range(3):
+        out.fill_(-3)  # stale rows of an earlier replay
+        assert torch.equal(md.tree_mask_bits(qlen, seq_lens, n, raw_bs, out=out, pad_rows=pad), ref)
+    assert calls == []
+    assert torch.equal(md.tree_mask_bits(qlen, seq_lens, n, raw_bs, out=out), ref) and calls == [1]
+    with pytest.raises(ValueError, match=r"^pad_rows: expected the causal rows \[5, 1\], got \(4, 1\)"):
+        md.tree_mask_bits(qlen, seq_lens, n, raw_bs, pad_rows=md.causal_rows(4))
+
+
+def test_backend_padded_replays_reuse_the_causal_rows(monkeypatch):
+    """The CUDA-graph buffers keep the padded requests' causal rows, built once in
+    _va_alloc_graph: padded replay preps copy them, never rebuild them (torch.tril + pack
+    per prep before), and write the same bits as before (checked against the rows
+    tree_mask_bits builds itself and against the hand-computed ancestry)."""
+    _sglang_or_skip()
+    rng = random.Random(31)
+    n, bs, pool, width = 5, 5, 6, 64
+    req_to_token = torch.randint(0, 5000, (pool, width), dtype=torch.int32)
+    b = _bare_backend(n, pool, req_to_token)
+    calls = _count_tril(monkeypatch)
+    b._va_alloc_graph(8)
+    assert calls == [1]
+    req_pool_indices = torch.tensor([4, 1, 2, 0, 0])
+    seq_lens = torch.tensor([10, 1, 33, 1, 1], dtype=torch.int32)
+    chain = [[c <= t for c in range(n)] for t in range(n)]
+    for raw_bs in (3, 1, 4, 5):  # fewer real requests after more: the padded rows must be reset
+        trees = [[-1] + [rng.randrange(i) for i in range(1, n)] for _ in range(raw_bs)]
+        qlen = torch.cat([torch.tensor(_ancestors(t), dtype=torch.bool).reshape(-1) for t in trees])
+        out_cache_loc = torch.randint(5000, 6000, (raw_bs * n,), dtype=torch.int64)
+        view = _verify_fb(n, req_pool_indices, seq_lens, out_cache_loc, qlen, 4, num_padding=bs - raw_bs)
+        built = len(calls)
+        b.init_forward_metadata_out_graph(view)
+        assert len(calls) == built, f"raw_bs={raw_bs}: the prep rebuilt the causal rows"
+        m = b.va_metadata
+        assert m.tree_mask.data_ptr() == b._va_graph["tree_mask"].data_ptr()
+        assert _bits_to_rows(m.tree_mask, n) == [row for t in trees for row in _ancestors(t)] + chain * (bs - raw_bs)
+        assert torch.equal(m.tree_mask, md.tree_mask_bits(qlen, seq_lens, n, raw_bs))  # rows built per call
+
+
 # ForwardBatch._pad_inputs_to_size (DP attention / MLP sync, eager): req_pool_indices,
 # seq_lens and out_cache_loc padded to bs, custom_mask not, the real count kept in
 # _original_batch_size (no num_padding). A FULL mask of the real requests used to

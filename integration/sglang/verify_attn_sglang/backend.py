@@ -256,6 +256,7 @@ class VerifyAttnBackend(TritonAttnBackend):
             kv_indices64=torch.zeros(cap, dtype=torch.int64, device=dev),
             kv_indices=torch.zeros(cap, dtype=torch.int32, device=dev),
             tree_mask=torch.zeros(max_bs * n, md.mask_words(n), dtype=torch.int32, device=dev),
+            causal_rows=md.causal_rows(n, device=dev),  # a padded replay's tree rows, built once
         )
 
     # ------------------------------------------------------------------ metadata
@@ -320,6 +321,7 @@ class VerifyAttnBackend(TritonAttnBackend):
             kv_len = md.verify_kv_len(seq_lens, n, out=g["kv_len"])
             idx64, idx32 = g["kv_indices64"], g["kv_indices"]
             mask_out = g["tree_mask"]
+            pad_rows = g["causal_rows"] if g["causal_rows"].shape[0] == n else None  # None: built per call
             max_kv_len = self.max_context_len + n
         else:
             qo_indptr = md.uniform_qo_indptr(bs, n, device=dev)
@@ -331,7 +333,7 @@ class VerifyAttnBackend(TritonAttnBackend):
             cap = int(prefix_total) + bs * n + 1
             idx64 = torch.zeros(cap, dtype=torch.int64, device=dev)
             idx32 = torch.empty(cap, dtype=torch.int32, device=dev)
-            mask_out = None
+            mask_out = pad_rows = None
             cpu_lens = forward_batch.seq_lens_cpu
             if cpu_lens is not None and cpu_lens.numel() >= bs and bs > 0:
                 max_kv_len = int(cpu_lens[:bs].max()) + n
@@ -355,7 +357,7 @@ class VerifyAttnBackend(TritonAttnBackend):
             if cpu_lens is not None and cpu_lens.numel() < raw_bs:
                 cpu_lens = None
             tree_mask = md.tree_mask_bits(custom_mask, seq_lens, n, raw_bs, own_buffer=own,
-                                          seq_lens_cpu=cpu_lens, out=mask_out)
+                                          seq_lens_cpu=cpu_lens, out=mask_out, pad_rows=pad_rows)
         self.va_metadata = VerifyMetadata(
             bs=bs, n=n, qo_indptr=qo_indptr, kv_indptr=kv_indptr, kv_indices=idx32, kv_len=kv_len,
             tree_mask=tree_mask, causal=causal, max_kv_len=max_kv_len,

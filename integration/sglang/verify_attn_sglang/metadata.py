@@ -56,6 +56,7 @@ __all__ = [
     "qlen_only_to_bits",
     "full_mask_to_bits",
     "is_qlen_only_layout",
+    "causal_rows",
     "tree_mask_bits",
     "real_batch_size",
     "full_mask_bytes",
@@ -340,6 +341,19 @@ def is_qlen_only_layout(mask: torch.Tensor, bs: int, n: int, own_buffer: Optiona
     return mask.numel() == bs * n * n
 
 
+def causal_rows(n: int, *, device=None) -> torch.Tensor:
+    """Compact bits of one request's chain (draft ``t`` sees drafts ``0..t``):
+    ``int32 [n, mask_words(n)]`` on ``device``, the rows :func:`tree_mask_bits`
+    gives every padded request. Build it once per ``n`` and pass it as
+    ``pad_rows`` (the backend's CUDA-graph buffers keep one).
+
+    Raises:
+      TypeError: ``n`` not an integer. ValueError: ``n < 1``.
+    """
+    n = _check_n(n)
+    return pack_bool_rows(torch.tril(torch.ones(n, n, dtype=torch.bool, device=device)), mask_words(n))
+
+
 def tree_mask_bits(
     mask: torch.Tensor,
     seq_lens: torch.Tensor,
@@ -349,6 +363,7 @@ def tree_mask_bits(
     own_buffer: Optional[torch.Tensor] = None,
     seq_lens_cpu: Optional[torch.Tensor] = None,
     out: Optional[torch.Tensor] = None,
+    pad_rows: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """``spec_info.custom_mask`` (QLEN_ONLY or FULL, told apart by
     :func:`is_qlen_only_layout`) -> compact bits ``int32 [bs * n, words]`` for
@@ -365,11 +380,14 @@ def tree_mask_bits(
       own_buffer: the backend's QLEN_ONLY ``VerifyMask`` buffer.
       seq_lens_cpu: the same lengths on the host, to check a FULL mask's size.
       out: int32 ``[>= bs * n, words]`` written in place (CUDA-graph buffers).
+      pad_rows: int32 ``[n, words]``, :func:`causal_rows` ``(n)`` on ``out``'s
+        device, copied into every padded request's rows; built here on each
+        call that has padded requests when None.
 
     Raises:
       ValueError: ``real_bs`` outside ``[0, bs]``, a mask too small for its
         layout (see :func:`qlen_only_to_bits`, :func:`full_mask_to_bits`),
-        ``out`` too small.
+        ``out`` too small, ``pad_rows`` not ``[n, words]``.
     """
     _check_n(n)
     bs = seq_lens.shape[0]
@@ -380,13 +398,15 @@ def tree_mask_bits(
     if out is None:
         out = torch.empty(bs * n, words, dtype=torch.int32, device=seq_lens.device)
     _check_out(out, bs * n)
+    if pad_rows is not None and tuple(pad_rows.shape) != (n, words):
+        raise ValueError(f"pad_rows: expected the causal rows [{n}, {words}], got {tuple(pad_rows.shape)}")
     if is_qlen_only_layout(mask, real_bs, n, own_buffer):
         qlen_only_to_bits(mask, real_bs, n, words=words, out=out)
     else:
         cpu = None if seq_lens_cpu is None else seq_lens_cpu[:real_bs]
         full_mask_to_bits(mask, seq_lens[:real_bs], n, words=words, out=out, seq_lens_cpu=cpu)
     if real_bs < bs:
-        chain = pack_bool_rows(torch.tril(torch.ones(n, n, dtype=torch.bool, device=out.device)), words)
+        chain = causal_rows(n, device=out.device) if pad_rows is None else pad_rows
         out[real_bs * n : bs * n].view(bs - real_bs, n, words).copy_(chain.unsqueeze(0).expand(bs - real_bs, n, words))
     return out[: bs * n]
 
