@@ -9,6 +9,10 @@
 #   e.g. bash tools/ab_bench.sh main.whl new.whl 2 --page_size=64 --shapes="mla " \
 #            --timing_rounds=3 --target_ms=100 --baselines=flashmla --flex=none --measure_ceilings=false
 #
+# AB_ENV_A / AB_ENV_B: extra environment (NAME=value ...) for the A / B processes only;
+# with one wheel twice, an A/B of a run-time knob, e.g.
+#   AB_ENV_A="VERIFY_ATTN_K_ROWS_TMA=0" bash tools/ab_bench.sh new.whl new.whl 2 --slot_runs=64 ...
+#
 # The JSON of every run goes to $OUT (or /tmp/va_ab) as ab_<A|B>_<run>.json.
 # Why alternate: run-to-run / process-to-process variance on the H200 is a few
 # percent (BENCHMARKS.md), more than many changes are worth, and drifts within
@@ -27,8 +31,10 @@ for tag in A B; do
 done
 for ((run = 1; run <= RUNS; run++)); do
   for tag in A B; do
-    echo "=== ab_bench: run $run, wheel $tag" >&2
-    (cd /tmp && PYTHONPATH="/tmp/va_ab_site_$tag${PYTHONPATH:+:$PYTHONPATH}" "$PY" "$ROOT/tools/bench.py" \
+    extra="${AB_ENV_A:-}"; [[ $tag == B ]] && extra="${AB_ENV_B:-}"
+    echo "=== ab_bench: run $run, wheel $tag${extra:+ ($extra)}" >&2
+    # shellcheck disable=SC2086  # NAME=value words
+    (cd /tmp && env $extra PYTHONPATH="/tmp/va_ab_site_$tag${PYTHONPATH:+:$PYTHONPATH}" "$PY" "$ROOT/tools/bench.py" \
         --progress=false --json_out="$DEST/ab_${tag}_$run.json" --plot_out="/tmp/va_ab_${tag}_$run.png" "$@" \
         > "/tmp/va_ab_${tag}_$run.log" 2>&1) || { tail -n 30 "/tmp/va_ab_${tag}_$run.log" >&2; exit 1; }
   done

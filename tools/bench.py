@@ -55,6 +55,8 @@ flags.DEFINE_string("json_out", None, "JSON results path (default: $OUT/bench.js
                     "else verify_attn_bench.json in the working directory). Rewritten after every shape.")
 flags.DEFINE_string("plot_out", None, "PNG plot path (default: beside the JSON, .png).")
 flags.DEFINE_integer("page_size", 1, "Page size of the paged cache (1 like SGLang's token pool; 64 option).")
+flags.DEFINE_integer("slot_runs", 1, "With --page_size=1: each request's token slots in runs of this many "
+                     "consecutive slots (SGLang's token slots of a --page-size N pool); 1 scatters every slot.")
 flags.DEFINE_string("baselines_dir", None, "Staged SGLang kernels and FlashMLA wheel (tools/fetch_baselines.sh); "
                     "default <repo>/.gpu_stage/baselines.")
 # Every name --baselines accepts (build_impls maps each to its adapters).
@@ -152,6 +154,8 @@ def flag_errors():
     errs = []
     if FLAGS.page_size < 1:
         errs.append(f"--page_size: must be >= 1 (got {FLAGS.page_size})")
+    if FLAGS.slot_runs < 1 or (FLAGS.slot_runs > 1 and FLAGS.page_size != 1):
+        errs.append(f"--slot_runs: must be >= 1, and 1 unless --page_size=1 (got {FLAGS.slot_runs})")
     if FLAGS.time_budget_s is not None and not FLAGS.time_budget_s > 0:
         errs.append(f"--time_budget_s: must be > 0 seconds, or left unset for no limit (got {FLAGS.time_budget_s:g})")
     if FLAGS.warmup < 0:
@@ -285,7 +289,7 @@ def main(argv):
     baselines_dir = FLAGS.baselines_dir or os.path.join(repo_root(), ".gpu_stage", "baselines")
     impls = build_impls(FLAGS.dry_run, baselines_dir)
     opts = runner.Options(
-        device=device, page_size=FLAGS.page_size, seed=FLAGS.seed,
+        device=device, page_size=FLAGS.page_size, slot_runs=FLAGS.slot_runs, seed=FLAGS.seed,
         graph=FLAGS.graph and not FLAGS.dry_run, rotate=FLAGS.rotate, warmup=FLAGS.warmup,
         target_ms=FLAGS.target_ms if not FLAGS.dry_run else min(FLAGS.target_ms, 20.0),
         min_iters=FLAGS.min_iters if not FLAGS.dry_run else 2,
@@ -298,7 +302,8 @@ def main(argv):
         "ceilings": (f"copy {ceil.copy_bytes_per_s / 1e12:.2f} TB/s (read+write), "
                      f"bf16 matmul {ceil.matmul_flop_per_s / 1e12:.0f} TFLOP/s "
                      f"({'measured in this run' if ceil.measured else ceil.note})"),
-        "grid": f"{grid_name}, {len(selected)} shapes, page_size {FLAGS.page_size}, dtype bf16",
+        "grid": f"{grid_name}, {len(selected)} shapes, page_size {FLAGS.page_size}"
+                + (f" (slots in runs of {FLAGS.slot_runs})" if FLAGS.slot_runs > 1 else "") + ", dtype bf16",
         "baselines dir": baselines_dir,
     }
     if any(i.name.startswith("sglang_backend") for i in impls):
@@ -313,6 +318,7 @@ def main(argv):
             "bench": "verify_attn", "started": started, "finished": finished,
             "device": info, "ceilings": ceil.as_dict(), "conventions": report.CONVENTIONS,
             "options": {"grid": grid_name, "shapes": FLAGS.shapes, "page_size": FLAGS.page_size,
+                        "slot_runs": FLAGS.slot_runs,
                         "baselines": [i.name for i in impls], "flex": FLAGS.flex, "graph": opts.graph,
                         "rotate": opts.rotate, "rounds": opts.rounds, "seed": FLAGS.seed, "dry_run": FLAGS.dry_run,
                         "workload": FLAGS.workload, "fixture": FLAGS.fixture,

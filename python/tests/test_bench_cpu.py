@@ -170,13 +170,21 @@ def test_full_mask_matches_masks_module(kind):
         off += t * (l + t)
 
 
-@pytest.mark.parametrize("page_size", [1, 4])
-def test_inputs_layouts_agree(page_size):
+@pytest.mark.parametrize("page_size,slot_runs", [(1, 1), (4, 1), (1, 8)])
+def test_inputs_layouts_agree(page_size, slot_runs):
     for shp in (shapes.Shape("mla", 3, 2, 1, 576, 512, 5, 9, "ddtree"),
                 shapes.Shape("gqa", 2, 4, 2, 64, 64, 6, 13, "eagle", q_lens=(6, 2), prefix_lens=(13, 30))):
-        case = inputs.build_case(shp, "cpu", page_size=page_size, seed=2)
+        case = inputs.build_case(shp, "cpu", page_size=page_size, seed=2, slot_runs=slot_runs)
         s = inputs.make_inputs(case)
         assert case.total_kv == sum(case.kv_lens)
+        if slot_runs > 1:  # row j of a request at slot run[j // 8] * 8 + j % 8, runs scattered
+            kvp = case.kv_indptr_flat.tolist()
+            for i in range(case.batch):
+                sl = case.token_slots[kvp[i]:kvp[i + 1]]
+                j = torch.arange(len(sl))
+                assert torch.equal(sl % slot_runs, j % slot_runs)
+                assert torch.equal(sl - j % slot_runs, (sl[::slot_runs] - 0).repeat_interleave(slot_runs)[:len(sl)])
+            assert torch.equal(case.kv_indices.long(), case.token_slots)
         # pages are distinct, scattered and in range
         ids = case.kv_indices.tolist()
         assert len(set(ids)) == len(ids) and max(ids) < case.num_pages

@@ -159,11 +159,19 @@ def sglang_full_mask(tree_mask: torch.Tensor, qo_indptr: torch.Tensor, prefix_le
     return flat, mask_indptr
 
 
-def build_case(shape, device, *, page_size: int = 1, seed: int = 0) -> Case:
-    """Random trees and a scattered page table for ``shape`` (no values yet)."""
+def build_case(shape, device, *, page_size: int = 1, seed: int = 0, slot_runs: int = 1) -> Case:
+    """Random trees and a scattered page table for ``shape`` (no values yet).
+
+    ``slot_runs`` (page_size 1 only): the token slots of a request come in runs
+    of that many consecutive slots (the pool's pages of ``slot_runs`` slots
+    scattered at random, as SGLang's token slots of a ``--page-size`` pool);
+    1 scatters every slot.
+    """
     device = torch.device(device)
     if page_size < 1:
         raise ValueError(f"page_size: must be >= 1, got {page_size}")
+    if slot_runs < 1 or (slot_runs > 1 and page_size != 1):
+        raise ValueError(f"slot_runs: must be >= 1, and 1 unless page_size is 1 (got {slot_runs})")
     rng = random.Random(seed)
     q_lens = shape.request_q_lens()
     prefix_lens = shape.request_prefix_lens()
@@ -182,7 +190,8 @@ def build_case(shape, device, *, page_size: int = 1, seed: int = 0) -> Case:
     flat_par = torch.tensor([p for ps in parents for p in ps], dtype=torch.int32, device=device)
     tree_mask = va_masks.from_parents(flat_par, qo_indptr, max_q_len=max(max_q, 1))
 
-    pages_per = [(n + page_size - 1) // page_size for n in kv_lens]
+    pool_page = page_size * slot_runs  # slots per page of the pool (page_size unless slot_runs)
+    pages_per = [(n + pool_page - 1) // pool_page for n in kv_lens]
     need = sum(pages_per)
     num_pages = need + max(1, int(math.ceil(need * POOL_SLACK)))
     g = torch.Generator().manual_seed(seed + 7919)
@@ -192,7 +201,11 @@ def build_case(shape, device, *, page_size: int = 1, seed: int = 0) -> Case:
     total_kv = sum(kv_lens)
     req, j = row_request_and_local(kv_indptr_flat, total_kv)
     ptr = kv_indptr_pages.to(torch.int64)
-    token_slots = page_ids.to(torch.int64)[ptr[req] + j // page_size] * page_size + j % page_size
+    token_slots = page_ids.to(torch.int64)[ptr[req] + j // pool_page] * pool_page + j % pool_page
+    if slot_runs > 1:  # the kernels see page_size 1: one slot per row
+        num_pages *= slot_runs
+        page_ids = token_slots.to(torch.int32)
+        kv_indptr_pages = kv_indptr_flat
     pre_t = torch.tensor(prefix_lens, dtype=torch.int64, device=device)
     is_prefix = j < pre_t[req]
     prefix_slots = token_slots[is_prefix].contiguous()

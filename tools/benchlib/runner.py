@@ -43,6 +43,7 @@ BASIS_ORDER = ("ours_paged", "ours_flat", "torch_ref")
 class Options:
     device: str = "cuda"
     page_size: int = 1
+    slot_runs: int = 1          # page_size 1: slots in runs of this many (inputs.build_case)
     seed: int = 0
     graph: bool = True
     rotate: bool = True
@@ -259,7 +260,8 @@ def run_shape(shape, impls: Sequence[Impl], opts: Options, ceil: floor.Ceilings,
                 raise MemoryError(f"inputs need ~{per_set / 2**30:.1f} GiB, "
                                   f"{budget / 2**30:.1f} GiB available")
             n_sets = max(1, min(n_sets, budget // max(per_set, 1)))
-        case = inputs_mod.build_case(shape, device, page_size=opts.page_size, seed=opts.seed)
+        case = inputs_mod.build_case(shape, device, page_size=opts.page_size, seed=opts.seed,
+                                       slot_runs=opts.slot_runs)
         sets = [inputs_mod.make_inputs(case, i) for i in range(n_sets)]
         row["input_sets"] = n_sets
     except Exception as e:  # noqa: BLE001
