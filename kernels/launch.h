@@ -61,10 +61,14 @@ struct KernelParams {
 
   int32_t* error_word;  // may be null
 
-  // sm_90a TMA configuration only (kSeesawTma): the CUtensorMap of the paged K
+  // sm_90a TMA configuration (kSeesawTma): the CUtensorMap of the paged K
   // cache (kernels/sm90/tma_host.h), read by the kernel through its
-  // __grid_constant__ parameter; unused (uninitialised) otherwise.
+  // __grid_constant__ parameter. The sm_90a cp.async kernel: the map of the
+  // cache's rows when k_rows_tma = 1 (encode_k_rows_tmap; a tile whose 64 rows
+  // sit in 64 consecutive rows of the cache is then one box per 64 columns).
+  // Unused (uninitialised) otherwise.
   alignas(64) unsigned char k_tmap[128];
+  int32_t k_rows_tma;
   // Both sm_90a MLA kernels' Q tile by TMA (kernels/sm90/tma_host.h,
   // encode_q_tmap): q_tma = 1 when q_tmap holds the map of q, else 0 (the
   // consumers then copy Q with cp.async; every other kernel ignores both).

@@ -108,17 +108,28 @@ va_status launch_one(const KernelParams& kp, const Plan& plan, int dtype, void* 
     if constexpr (Shape::kWgmma) {
       // The sm_90a cp.async kernel (page_size 1, flat caches): Q and the
       // unsplit output by TMA where their maps can describe q / out
-      // (kernels/sm90/tma_host.h), K by cp.async.
+      // (kernels/sm90/tma_host.h), K by cp.async but for the tiles of 64
+      // consecutive cache rows where the rows map can describe the cache.
       KernelParams kp_q = kp;
-      const va_status st = encode_q_o_tmaps_checked(&kp_q, dtype);
+      va_status st = encode_k_rows_tmap_checked(&kp_q, dtype, Loader::kPaged);
+      if (st != VA_OK) return st;
+      st = encode_q_o_tmaps_checked(&kp_q, dtype);
       if (st != VA_OK) return st;
       return launch_kernel<Shape, DT, Loader>(kp_q, plan, dtype, stream);
     } else {
       return launch_kernel<Shape, DT, Loader>(kp, plan, dtype, stream);
     }
   } else if constexpr (!Loader::kPaged) {
-    // Never planned (kernels/plan.cc); a forced configuration gets this.
-    return va_fail(VA_ERR_UNSUPPORTED, "kv_layout: the TMA configuration needs a paged cache");
+    // A flat cache: the rows map (kernels/sm90/tma_host.h, encode_k_rows_tmap),
+    // each tile 64 consecutive rows. The plan picks TMA only for caches that
+    // map can describe (kernels/plan.cc, tma_k_cache_ok); should the driver
+    // still refuse it, the cp.async kernel runs.
+    KernelParams kp_tma = kp;
+    if (!encode_k_rows_tmap(&kp_tma, dtype, /*paged=*/false))
+      return launch_config<kCfgMlaWgmmaM64N64PR, Loader>(kp, plan, dtype, stream);
+    const va_status st = encode_q_o_tmaps_checked(&kp_tma, dtype);
+    if (st != VA_OK) return st;
+    return launch_kernel<Shape, DT, Loader>(kp_tma, plan, dtype, stream);
   } else {
     // The tensor map goes into a copy of the parameters (the caller's stay as
     // they are). The plan only picks TMA for caches the map's rules accept

@@ -65,8 +65,11 @@ bool built_sm90a() {
   return built;
 }
 
-// Whether the K cache can be read by bulk tensor copies (the tensor map of
-// kernels/sm90/tma_host.h): a paged MLA cache (one KV head) with page_size a
+// Whether the K cache can be read by bulk tensor copies (the tensor maps of
+// kernels/sm90/tma_host.h): a flat MLA cache (one KV head; the rows map, a
+// tile is 64 consecutive rows from any first row) with a 16-byte aligned base
+// and a token stride >= 576 elements, a multiple of 16 bytes, the whole cache
+// below 2^40 bytes; or a paged MLA cache (one KV head) with page_size a
 // multiple of 64 (a 64-row tile lies in one page), a 16-byte aligned base,
 // token / page strides that are multiples of 16 bytes below 2^40, and a
 // page-major layout whose rows do not overlap (token stride >= 576, page
@@ -74,11 +77,16 @@ bool built_sm90a() {
 // (cuda.h) for the map of kernels/sm90/tma_host.h. A cache outside them takes
 // the cp.async kernel, which reads any layout the C-ABI accepts.
 bool tma_k_cache_ok(const va_params& p) {
-  if (p.kv_layout != VA_KV_PAGED || p.v_is_k_prefix != 1 || p.num_kv_heads != 1) return false;
-  if (p.page_size <= 0 || p.page_size % 64 != 0 || p.num_pages < 1 || p.num_pages > 0x7fffffff)
-    return false;
+  if (p.v_is_k_prefix != 1 || p.num_kv_heads != 1) return false;
   const int64_t lim = int64_t{1} << 39;  // elements: 2 bytes each, below 2^40 bytes
   auto stride_ok = [&](int64_t e) { return e > 0 && e < lim && (e * 2) % 16 == 0; };
+  if (p.kv_layout == VA_KV_FLAT)  // the rows map: one 64-row box per tile, any first row
+    return p.num_kv_rows >= 1 && p.num_kv_rows <= 0x7fffffff &&
+           reinterpret_cast<uintptr_t>(p.k) % 16 == 0 && stride_ok(p.k_stride_token) &&
+           p.k_stride_token >= 576 && p.num_kv_rows < lim / p.k_stride_token;
+  if (p.kv_layout != VA_KV_PAGED) return false;
+  if (p.page_size <= 0 || p.page_size % 64 != 0 || p.num_pages < 1 || p.num_pages > 0x7fffffff)
+    return false;
   return reinterpret_cast<uintptr_t>(p.k) % 16 == 0 && stride_ok(p.k_stride_token) &&
          stride_ok(p.k_stride_page) && p.k_stride_token >= 576 &&
          p.k_stride_page / p.page_size >= p.k_stride_token;  // page >= page_size rows, no overflow
@@ -198,7 +206,7 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
     // H200, B1 H16 T64 L32k: 159 us with the row offsets staged in shared
     // memory, at page_size 1 and 64 alike, vs 240 / 213 us with per-thread page
     // lookups (mla_wgmma_m64n64_pipe) and 497 us on mma.sync.
-    // Paged caches with page_size % 64 == 0 take the TMA kernel
+    // Flat caches and paged caches with page_size % 64 == 0 take the TMA kernel
     // (kernels/sm90/mla_seesaw_kernel.cuh): H200, page_size 64, 3-10% faster
     // than the cp.async kernel on the MLA bench rows, none slower
     // (BENCHMARKS.md, session 5).

@@ -22,7 +22,8 @@ import verify_attn
 from verify_attn import masks, reference
 
 
-def make_case(rng, *, mla, paged, dtype, batch, q_len, prefix, heads, hkv, d, page_size, causal):
+def make_case(rng, *, mla, paged, dtype, batch, q_len, prefix, heads, hkv, d, page_size, causal,
+              in_order=False):
     dev = "cuda"
     q_lens = [q_len if i % 2 == 0 else max(1, q_len // 2) for i in range(batch)]
     kv_lens = [prefix + i + q for i, q in enumerate(q_lens)]
@@ -47,6 +48,8 @@ def make_case(rng, *, mla, paged, dtype, batch, q_len, prefix, heads, hkv, d, pa
         pages = [(n + page_size - 1) // page_size for n in kv_lens]
         num_pages = sum(pages) + 7
         perm = torch.randperm(num_pages, device=dev)[: sum(pages)].to(torch.int32)
+        if in_order:  # consecutive page ids: 64-row tiles of consecutive cache rows (copied by TMA)
+            perm = torch.arange(sum(pages), device=dev, dtype=torch.int32) + 3
         kv_indptr = torch.tensor([0] + list(torch.tensor(pages).cumsum(0)), dtype=torch.int32, device=dev)
         k = torch.randn(num_pages, page_size, hkv, dqk, device=dev, dtype=dtype)
         v = None if mla else torch.randn(num_pages, page_size, hkv, dvo, device=dev, dtype=dtype)
@@ -115,6 +118,9 @@ def main():
         # (folded rows 160 / 80 and 192 / 96 / 192: both paths in each launch)
         dict(mla=True, paged=True, dtype=torch.bfloat16, batch=2, q_len=10, prefix=200, heads=16, hkv=1, d=0, page_size=1, causal=False, splits=1),
         dict(mla=True, paged=True, dtype=torch.float16, batch=3, q_len=12, prefix=250, heads=16, hkv=1, d=0, page_size=64, causal=False, splits=1),
+        # page_size 16, pages in order: the cp.async kernel's tiles of consecutive rows by TMA
+        # (kernels/sm90/mla_wgmma_kernel.cuh; the flat MLA case above takes that path too)
+        dict(mla=True, paged=True, dtype=torch.bfloat16, batch=2, q_len=20, prefix=400, heads=16, hkv=1, d=0, page_size=16, causal=False, splits=2, in_order=True),
         dict(mla=False, paged=True, dtype=torch.bfloat16, batch=3, q_len=16, prefix=70, heads=12, hkv=4, d=128, page_size=16, causal=False, splits=1),
         dict(mla=False, paged=False, dtype=torch.float16, batch=2, q_len=33, prefix=0, heads=8, hkv=8, d=64, page_size=1, causal=False, splits=2),
         dict(mla=False, paged=True, dtype=torch.bfloat16, batch=1, q_len=4, prefix=200, heads=8, hkv=2, d=256, page_size=64, causal=False, splits=0),

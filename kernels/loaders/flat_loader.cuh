@@ -13,7 +13,7 @@
 namespace verify_attn {
 
 struct FlatLoader {
-  static constexpr bool kPaged = false;  // never read by TMA (kernels/launch_attention.cuh)
+  static constexpr bool kPaged = false;
   int64_t base;  // first row of the request
   int kv_len_;
   int64_t num_rows;
@@ -51,6 +51,16 @@ struct FlatLoader {
     *k_off = r * k_stride + k_head_off;
     *v_off = r * v_stride + v_head_off;
     return true;
+  }
+
+  // The TMA kernel's box coordinate of row j (kernels/sm90/mla_tma_producer.cuh),
+  // in the rows map of kernels/sm90/tma_host.h (encode_k_rows_tmap): page 0,
+  // slot = the cache row; a row outside the cache gets a coordinate wholly
+  // outside the map (the copy engine fills zeros; row() flags it).
+  __device__ __forceinline__ void page_coord(int j, int* page, int* slot) const {
+    const int64_t r = base + j;
+    *page = 0;
+    *slot = (r >= 0 && r < num_rows) ? static_cast<int>(r) : -64;
   }
 };
 

@@ -189,7 +189,6 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   constexpr int kPBlock = 8;
   static_assert(M == 64 && N == 64 && DQK == 576 && DV == 512 && KB == 9, "shape");
   static_assert(Shape::kThreads == 384, "one producer and two consumer warpgroups");
-  static_assert(Loader::kPaged, "TMA refills read a paged cache");
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = align_smem_1024(smem_raw);

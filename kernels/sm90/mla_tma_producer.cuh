@@ -89,7 +89,14 @@ __device__ __forceinline__ void issue_k_tiles(const KernelParams& p, const Reque
       // kernels/core/request.cuh). After this pair's copies.
       if ((g & 1) == 0) {
         int64_t k_off, v_off;
-        if (!loader.row((rt.tile_begin + i) * N, &k_off, &v_off)) *s_bad_kv = 1;
+        const int j0 = (rt.tile_begin + i) * N;
+        if (!loader.row(j0, &k_off, &v_off)) *s_bad_kv = 1;
+        // A flat tile is 64 consecutive cache rows from its first: its last
+        // row below kv_len is checked too (a request's rows past the cache).
+        if constexpr (!Loader::kPaged) {
+          const int j1 = min(j0 + N, rt.kv_len) - 1;
+          if (j1 > j0 && !loader.row(j1, &k_off, &v_off)) *s_bad_kv = 1;
+        }
       }
     }
     __syncwarp();

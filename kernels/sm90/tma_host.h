@@ -89,6 +89,48 @@ inline va_status encode_k_tmap(KernelParams* kp, int dtype) {
   return VA_OK;
 }
 
+// The sm_90a cp.async kernel's K map (kernels/sm90/mla_wgmma_kernel.cuh):
+// the cache's rows as one 3-D map [1][rows][576 columns] (token stride of the
+// cache; boxes of 64 columns x 64 rows, 128-byte swizzle, zeros past the
+// last row), so that a tile whose 64 rows are 64 consecutive rows of the cache
+// (a page of 64 or more, SGLang's token slots of a `--page-size 64` pool, a
+// flat request) is copied as 9 boxes instead of 4,608 cp.async; other tiles
+// are gathered as before. Rows: num_kv_rows for a flat cache, num_pages for
+// page_size 1, num_pages * page_size when pages are page_size token strides
+// apart. Not an error when it does not apply: sets kp->k_rows_tma (1 = map
+// encoded). VERIFY_ATTN_K_ROWS_TMA=0 turns it off (an A/B and test knob).
+inline bool encode_k_rows_tmap(KernelParams* kp, int dtype, bool paged) {
+  kp->k_rows_tma = 0;
+  const char* env = std::getenv("VERIFY_ATTN_K_ROWS_TMA");
+  if (env != nullptr && env[0] == '0') return false;
+  if (kp->num_kv_heads != 1 || kp->k_stride_token < 576 ||
+      reinterpret_cast<uintptr_t>(kp->k) % 16 != 0 || (kp->k_stride_token * 2) % 16 != 0)
+    return false;
+  int64_t rows;
+  if (!paged) {
+    rows = kp->num_kv_rows;
+  } else if (kp->page_size == 1) {
+    rows = kp->num_pages;
+  } else if (kp->page_size > 1 && kp->k_stride_page == kp->page_size * kp->k_stride_token) {
+    rows = kp->num_pages * kp->page_size;
+  } else {
+    return false;
+  }
+  if (rows <= 0 || rows > (int64_t{1} << 31) - 1) return false;
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[3] = {576, static_cast<cuuint64_t>(rows), 1};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(kp->k_stride_token) * 2,
+                                 static_cast<cuuint64_t>(kp->k_stride_token) * 2 *
+                                     static_cast<cuuint64_t>(rows)};
+  const cuuint32_t box[3] = {64, 64, 1};
+  CUtensorMap map;
+  if (encode_map_3d(encode, &map, kp->k, dtype, dims, strides, box) != CUDA_SUCCESS) return false;
+  std::memcpy(kp->k_tmap, &map, sizeof(map));
+  kp->k_rows_tma = 1;
+  return true;
+}
+
 // A [total_q tokens][num_qo_heads][width] tensor (bf16 / fp16, element strides
 // stride_token / stride_head) as a 3-D map whose box is one CTA's 64 folded
 // rows x 64 columns: min(G, 64) heads x max(64 / G, 1) tokens (G = heads per
@@ -162,6 +204,20 @@ inline bool encode_o_tmap(KernelParams* kp, int dtype) {
     return false;
   kp->o_tma = 1;
   return true;
+}
+
+// VERIFY_ATTN_REQUIRE_K_ROWS_TMA=1 (tests): a launch of the sm_90a cp.async
+// kernel whose cache the rows map cannot describe fails (VA_ERR_UNSUPPORTED),
+// so a test can tell that its tiles of consecutive rows could take the map.
+inline va_status encode_k_rows_tmap_checked(KernelParams* kp, int dtype, bool paged) {
+  if (encode_k_rows_tmap(kp, dtype, paged)) return VA_OK;
+  const char* env = std::getenv("VERIFY_ATTN_REQUIRE_K_ROWS_TMA");
+  if (env == nullptr || env[0] != '1') return VA_OK;
+  return va_fail(VA_ERR_UNSUPPORTED,
+                 "k: VERIFY_ATTN_REQUIRE_K_ROWS_TMA=1 but the rows map cannot describe the cache "
+                 "(page_size %d, strides %lld / %lld elements)",
+                 kp->page_size, static_cast<long long>(kp->k_stride_page),
+                 static_cast<long long>(kp->k_stride_token));
 }
 
 // VERIFY_ATTN_REQUIRE_Q_TMA=1 (tests): a launch of an sm_90a MLA kernel whose

@@ -142,7 +142,16 @@ int main() {
       CHECK(name(q, sm90) == gather, "page_size 1 on sm_90: %s", plan.name);
       q = p;
       q.kv_layout = VA_KV_FLAT;
-      CHECK(name(q, sm90) == gather, "flat on sm_90: %s", plan.name);
+      q.num_kv_rows = 70000;
+      CHECK(name(q, sm90) == tma, "flat on sm_90: %s", plan.name);
+      q.k_stride_token = 580;  // 1160 bytes: not a multiple of 16
+      CHECK(name(q, sm90) == gather, "flat, token stride 1160 bytes: %s", plan.name);
+      q.k_stride_token = 576;
+      q.k = reinterpret_cast<const void*>((uintptr_t{1} << 20) + 8);
+      CHECK(name(q, sm90) == gather, "flat, 8-byte aligned K base: %s", plan.name);
+      q.k = p.k;
+      q.num_kv_rows = int64_t{1} << 31;  // past the map's int32 row coordinates
+      CHECK(name(q, sm90) == gather, "flat, 2^31 rows: %s", plan.name);
       q = p;
       q.k = reinterpret_cast<const void*>((uintptr_t{1} << 20) + 8);
       CHECK(name(q, sm90) == gather, "8-byte aligned K base: %s", plan.name);

@@ -429,8 +429,8 @@ def test_kernel_matches_reference(case, path, monkeypatch):
 @pytest.mark.parametrize("forced", [False, True])
 @pytest.mark.parametrize("layout", ["flat", "paged1", "paged16", "paged64"])
 def test_mla_path_pinned(forced, layout, monkeypatch):
-    """Which MLA kernel runs: wgmma on sm_90 unless forced (the TMA kernel on page_size 64, the
-    cp.async one otherwise), mma.sync elsewhere; all correct."""
+    """Which MLA kernel runs: wgmma on sm_90 unless forced (the TMA kernel on page_size 64 and
+    flat caches, the cp.async one otherwise), mma.sync elsewhere; all correct."""
     if forced:
         monkeypatch.setenv("VERIFY_ATTN_FORCE_CONFIG", MMA_SYNC_MLA)
     c = _small_case(layout=layout, q_len=70, prefix=1000, batch=2)
@@ -443,7 +443,7 @@ def test_mla_path_pinned(forced, layout, monkeypatch):
     print(f"[path {layout} forced={forced}] {info['name']} splits={info['num_splits']}")
     assert info["name"].startswith(expected_path(True, forced)), info
     if expected_path(True, forced) == "wgmma_":
-        tma = layout == "paged64"
+        tma = layout in ("paged64", "flat")
         assert info["name"].endswith("mla_wgmma_seesaw_tma" if tma else "mla_wgmma_m64n64_pipe_rows"), info
     err = run_case(c, seed)
     assert err < 1e-2

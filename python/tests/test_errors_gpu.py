@@ -227,6 +227,27 @@ def test_flat_kv_indptr_past_rows_is_flagged():
     assert e.bits & errors.ERR_KV_INDEX and e.request == 1, str(e)
 
 
+@pytest.mark.parametrize("splits", [0, 1, 3])
+def test_flat_mla_kv_indptr_past_rows_is_flagged(splits):
+    """Flat MLA (the sm_90a TMA kernel's rows map on an H200): request 1's rows run 70 past the
+    cache, inside a tile whose first row is in it; flagged, its rows NaN, request 0 exact."""
+    g = torch.Generator().manual_seed(2)
+    qo = torch.tensor([0, 4, 8], dtype=torch.int32, device=DEV)
+    kvp = torch.tensor([0, 200, 330 + 70], dtype=torch.int32, device=DEV)
+    k = torch.randn(330, 1, 576, generator=g).to(torch.bfloat16).to(DEV)
+    q = torch.randn(8, 16, 576, generator=g).to(torch.bfloat16).to(DEV)
+    out = verify_attn.tree_attention_flat(q, k, None, qo, kvp, causal=True, max_q_len=4, max_kv_len=200,
+                                          num_splits=splits)
+    with pytest.raises(verify_attn.KernelInputError) as ei:
+        verify_attn.check_errors()
+    e = ei.value
+    assert e.bits & errors.ERR_KV_INDEX and e.request == 1, str(e)
+    assert torch.isnan(out[4:]).all()
+    ro, _ = reference.reference_attention_flat(q[:4], k[:200], None, qo[:2], kvp[:2], causal=True)
+    assert torch.isfinite(out[:4]).all()
+    assert ((out[:4].double() - ro).norm() / ro.norm()).item() < 1e-2
+
+
 def test_device_kv_len_short_is_flagged():
     """kv_len < q_len on the device (bounds passed, so the host did not see it)."""
     a, info = make_paged()

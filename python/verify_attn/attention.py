@@ -917,7 +917,8 @@ def plan_info(
       ``kv_layout`` ("flat"/"paged"), ``v_is_k_prefix``. ``name`` is
       ``<path>_<dtype>_<config>``: path ``wgmma`` (the sm_90a MLA kernels, chosen
       for MLA on sm_90: kernels/sm90/mla_seesaw_kernel.cuh, config
-      ``mla_wgmma_seesaw_tma``, for paged caches with page_size a multiple of 64,
+      ``mla_wgmma_seesaw_tma``, for flat caches and paged caches with page_size a
+      multiple of 64,
       kernels/sm90/mla_wgmma_kernel.cuh, ``mla_wgmma_m64n64_pipe_rows``, otherwise)
       or ``mma_sync`` (the portable kernel, every other case), e.g.
       ``wgmma_bf16_mla_wgmma_seesaw_tma`` or ``mma_sync_fp16_gqa_d128_m64n64_s2``.
