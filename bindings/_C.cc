@@ -93,7 +93,7 @@ PYBIND11_MODULE(_C, m) {
       VA_PTR_FIELD(lse, float*) VA_FIELD(lse_stride_token) VA_FIELD(lse_stride_head)
       VA_PTR_FIELD(qo_indptr, const int32_t*) VA_PTR_FIELD(kv_indptr, const int32_t*)
       VA_PTR_FIELD(kv_indices, const int32_t*) VA_PTR_FIELD(kv_len, const int32_t*)
-      VA_FIELD(page_size) VA_FIELD(num_pages) VA_FIELD(num_kv_rows)
+      VA_FIELD(page_size) VA_FIELD(num_pages) VA_FIELD(num_kv_rows) VA_FIELD(kv_slot_runs)
       VA_PTR_FIELD(tree_mask, const uint32_t*) VA_FIELD(mask_words)
       VA_FIELD(num_splits) VA_PTR_FIELD(workspace, void*) VA_FIELD(workspace_bytes)
       VA_PTR_FIELD(error_word, int32_t*) VA_PTR_FIELD(stream, void*);

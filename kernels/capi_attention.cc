@@ -106,6 +106,8 @@ va_status validate_config(const va_params* p) {
     if (p->num_pages < 1)
       return va_fail(VA_ERR_INVALID_VALUE, "num_pages: must be >= 1 (got %lld)",
                      static_cast<long long>(p->num_pages));
+    if (p->kv_slot_runs < 0)
+      return va_fail(VA_ERR_INVALID_VALUE, "kv_slot_runs: must be >= 0 (got %d)", p->kv_slot_runs);
   } else if (p->num_kv_rows < 0) {
     return va_fail(VA_ERR_INVALID_VALUE, "num_kv_rows: must be >= 0 (got %lld)",
                    static_cast<long long>(p->num_kv_rows));

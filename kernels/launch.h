@@ -61,12 +61,11 @@ struct KernelParams {
 
   int32_t* error_word;  // may be null
 
-  // sm_90a TMA configuration (kSeesawTma): the CUtensorMap of the paged K
-  // cache (kernels/sm90/tma_host.h), read by the kernel through its
-  // __grid_constant__ parameter. The sm_90a cp.async kernel: the map of the
-  // cache's rows when k_rows_tma = 1 (encode_k_rows_tmap; a tile whose 64 rows
-  // sit in 64 consecutive rows of the cache is then one box per 64 columns).
-  // Unused (uninitialised) otherwise.
+  // sm_90a TMA configurations (kSeesawTma): the CUtensorMap of the K cache
+  // (kernels/sm90/tma_host.h), read by the kernel through its
+  // __grid_constant__ parameter: the paged map (page_size % 64 == 0), or the
+  // map of the cache's rows when k_rows_tma = 1 (flat caches; page_size 1,
+  // kRowsGather). Unused (uninitialised) otherwise.
   alignas(64) unsigned char k_tmap[128];
   int32_t k_rows_tma;
   // Both sm_90a MLA kernels' Q tile by TMA (kernels/sm90/tma_host.h,

@@ -108,17 +108,17 @@ va_status launch_one(const KernelParams& kp, const Plan& plan, int dtype, void* 
     if constexpr (Shape::kWgmma) {
       // The sm_90a cp.async kernel (page_size 1, flat caches): Q and the
       // unsplit output by TMA where their maps can describe q / out
-      // (kernels/sm90/tma_host.h), K by cp.async but for the tiles of 64
-      // consecutive cache rows where the rows map can describe the cache.
+      // (kernels/sm90/tma_host.h), K by cp.async.
       KernelParams kp_q = kp;
-      va_status st = encode_k_rows_tmap_checked(&kp_q, dtype, Loader::kPaged);
-      if (st != VA_OK) return st;
-      st = encode_q_o_tmaps_checked(&kp_q, dtype);
+      const va_status st = encode_q_o_tmaps_checked(&kp_q, dtype);
       if (st != VA_OK) return st;
       return launch_kernel<Shape, DT, Loader>(kp_q, plan, dtype, stream);
     } else {
       return launch_kernel<Shape, DT, Loader>(kp, plan, dtype, stream);
     }
+  } else if constexpr (Shape::kRowsGather && !Loader::kPaged) {
+    // Never planned (kernels/plan.cc: page_size 1 only); not compiled for flat caches.
+    return va_fail(VA_ERR_UNSUPPORTED, "kv_layout: the rows-map TMA configuration needs a paged cache");
   } else if constexpr (!Loader::kPaged) {
     // A flat cache: the rows map (kernels/sm90/tma_host.h, encode_k_rows_tmap),
     // each tile 64 consecutive rows. The plan picks TMA only for caches that
@@ -136,8 +136,11 @@ va_status launch_one(const KernelParams& kp, const Plan& plan, int dtype, void* 
     // (kernels/plan.cc, tma_k_cache_ok); should the driver still refuse the
     // map, the cp.async kernel (same tile shape, splits and workspace) runs.
     KernelParams kp_tma = kp;
-    if (encode_k_tmap(&kp_tma, dtype) != VA_OK)
-      return launch_config<kCfgMlaWgmmaM64N64PR, Loader>(kp, plan, dtype, stream);
+    // kRowsGather (page_size 1, planned for a kv_slot_runs hint): the rows map,
+    // each tile boxed when its slots are consecutive, else gathered.
+    const bool ok = Shape::kRowsGather ? encode_k_rows_tmap(&kp_tma, dtype, /*paged=*/true)
+                                       : encode_k_tmap(&kp_tma, dtype) == VA_OK;
+    if (!ok) return launch_config<kCfgMlaWgmmaM64N64PR, Loader>(kp, plan, dtype, stream);
     // Q and the unsplit output by TMA too where their maps allow it.
     const va_status st = encode_q_o_tmaps_checked(&kp_tma, dtype);
     if (st != VA_OK) return st;
@@ -169,6 +172,7 @@ va_status launch_attention(const KernelParams& kp, const Plan& plan, int dtype, 
     case kCfgMlaWgmmaM64N64P: return launch_config<kCfgMlaWgmmaM64N64P, Loader>(kp, plan, dtype, stream);
     case kCfgMlaWgmmaM64N64PR: return launch_config<kCfgMlaWgmmaM64N64PR, Loader>(kp, plan, dtype, stream);
     case kCfgMlaWgmmaSeesawTma: return launch_config<kCfgMlaWgmmaSeesawTma, Loader>(kp, plan, dtype, stream);
+    case kCfgMlaWgmmaSeesawRows: return launch_config<kCfgMlaWgmmaSeesawRows, Loader>(kp, plan, dtype, stream);
     default: break;
   }
   return va_fail(VA_ERR_UNSUPPORTED, "config: unknown configuration id %d",

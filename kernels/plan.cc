@@ -48,6 +48,7 @@ const ConfigDesc kDescs[kNumConfigs] = {
     make_desc<kCfgMlaWgmmaM64N64P>("mla_wgmma_m64n64_pipe"),
     make_desc<kCfgMlaWgmmaM64N64PR>("mla_wgmma_m64n64_pipe_rows"),
     make_desc<kCfgMlaWgmmaSeesawTma>("mla_wgmma_seesaw_tma"),
+    make_desc<kCfgMlaWgmmaSeesawRows>("mla_wgmma_seesaw_tma_rows"),
 };
 
 // Split-K rule: only when the unsplit grid is under one wave; then aim at
@@ -90,6 +91,30 @@ bool tma_k_cache_ok(const va_params& p) {
   return reinterpret_cast<uintptr_t>(p.k) % 16 == 0 && stride_ok(p.k_stride_token) &&
          stride_ok(p.k_stride_page) && p.k_stride_token >= 576 &&
          p.k_stride_page / p.page_size >= p.k_stride_token;  // page >= page_size rows, no overflow
+}
+
+// The rows-map configuration (kCfgMlaWgmmaSeesawRows): a paged MLA cache of
+// page_size 1 whose slots the caller says come in runs of a multiple of 64
+// (va_params.kv_slot_runs), under the rows map's rules (16-byte aligned base,
+// token stride >= 576 elements and a multiple of 16 bytes, the pool below
+// 2^40 bytes and 2^31 rows).
+bool rows_hint_ok(const va_params& p) {
+  if (p.kv_layout != VA_KV_PAGED || p.v_is_k_prefix != 1 || p.num_kv_heads != 1) return false;
+  if (p.page_size != 1 || p.kv_slot_runs <= 0 || p.kv_slot_runs % 64 != 0) return false;
+  const int64_t lim = int64_t{1} << 39;
+  const int64_t st = p.k_stride_token;
+  return p.num_pages >= 1 && p.num_pages <= 0x7fffffff && reinterpret_cast<uintptr_t>(p.k) % 16 == 0 &&
+         st >= 576 && st < lim && (st * 2) % 16 == 0 && p.num_pages < lim / st;
+}
+
+// The hinted rows-map kernel only for KV this long (max_kv_len): below it the
+// cp.async kernel was as fast or faster (H200, BENCHMARKS.md session 19).
+constexpr int64_t kRowsHintMinKv = 8192;
+
+bool layout_ok(int id, const va_params& p) {
+  if (id == kCfgMlaWgmmaSeesawTma) return tma_k_cache_ok(p);
+  if (id == kCfgMlaWgmmaSeesawRows) return rows_hint_ok(p);
+  return true;
 }
 
 }  // namespace
@@ -210,7 +235,15 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
     // (kernels/sm90/mla_seesaw_kernel.cuh): H200, page_size 64, 3-10% faster
     // than the cp.async kernel on the MLA bench rows, none slower
     // (BENCHMARKS.md, session 5).
+    // page_size 1 with the kv_slot_runs hint (slots in runs of 64: SGLang's
+    // token slots of a --page-size 64 pool) takes it through the rows map,
+    // gathering the tiles whose slots are not consecutive, for KV of 8k rows
+    // or more (H200, slots in runs of 64: 5-8% faster than the cp.async
+    // kernel on the L8k / L32k / L128k rows, 3% slower on B1 H16 T16 L4k and
+    // B128 H16 T4 L4k; BENCHMARKS.md session 19).
     if (dev.sm_arch == 90 && built_sm90a() && tma_k_cache_ok(p)) cands[n++] = kCfgMlaWgmmaSeesawTma;
+    if (dev.sm_arch == 90 && built_sm90a() && rows_hint_ok(p) && p.max_kv_len >= kRowsHintMinKv)
+      cands[n++] = kCfgMlaWgmmaSeesawRows;
     if (dev.sm_arch == 90 && built_sm90a()) cands[n++] = kCfgMlaWgmmaM64N64PR;
     // H200, B1 H16 T64 L32k: 8 warps 524 us vs 16 warps 627 us (fewer Q
     // fragment reloads per score); B1 H128 T32 L8k 502 vs 598; B32 T16 L4k 502 vs 589.
@@ -247,8 +280,7 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
                                  std::atoi(fd.tag + 5) == p.head_dim_qk);
       const bool arch_ok =
           fd.only_arch == 0 || (fd.only_arch == dev.sm_arch && (!fd.wgmma || built_sm90a()));
-      const bool layout_ok = id != kCfgMlaWgmmaSeesawTma || tma_k_cache_ok(p);
-      if (serves && arch_ok && layout_ok && std::strcmp(fd.tag, force) == 0 &&
+      if (serves && arch_ok && layout_ok(id, p) && std::strcmp(fd.tag, force) == 0 &&
           fd.smem_bytes <= dev.max_smem_optin)
         chosen = id;
     }

@@ -108,11 +108,17 @@ struct TileShapeR32 {
 // SEESAW_TMA: kernels/sm90/mla_seesaw_kernel.cuh instead (K tiles by bulk
 // tensor copies, paged caches with page_size % 64 == 0; the consumers take
 // turns on the tensor cores); its row max, two rescale factors and row sums
-// take [5][64] fp32.
-template <bool PIPELINED_S, bool STAGED_ROWS = false, bool SEESAW_TMA = false>
+// take [5][64] fp32. ROWS_GATHER (with SEESAW_TMA): page_size 1 caches through
+// the rows map, tiles of consecutive slots boxed and the others gathered by
+// the producer (kernels/sm90/mla_tma_producer.cuh), for the kv_slot_runs hint;
+// a separate instantiation, so that the page-size-64 kernel stays as it was.
+template <bool PIPELINED_S, bool STAGED_ROWS = false, bool SEESAW_TMA = false,
+          bool ROWS_GATHER = false>
 struct TileShapeWgmmaMla {
   static constexpr bool kWgmma = true;
   static constexpr bool kSeesawTma = SEESAW_TMA;
+  static constexpr bool kRowsGather = ROWS_GATHER;
+  static_assert(!ROWS_GATHER || SEESAW_TMA, "the rows-map gathers are the TMA kernel's");
   // Producer: row offsets of the next tile resolved one per thread into
   // shared memory (kRowBytes), see mla_wgmma_kernel.cuh (the default), or
   // looked up by every copying thread (false).
@@ -156,7 +162,8 @@ enum ConfigId : int {
   kCfgMlaWgmmaM64N64,   // sm_90a: wgmma, producer + 2 consumer warpgroups (TileShapeWgmmaMla)
   kCfgMlaWgmmaM64N64P,  // the same, scores pipelined block by block, per-thread page lookups
   kCfgMlaWgmmaM64N64PR, // pipelined + row offsets staged in shared memory: the sm_90 default
-  kCfgMlaWgmmaSeesawTma,  // TMA refills + seesaw schedule: sm_90 paged, page_size % 64 == 0
+  kCfgMlaWgmmaSeesawTma,  // TMA refills + seesaw schedule: sm_90 paged, page_size % 64 == 0; flat
+  kCfgMlaWgmmaSeesawRows, // the same through the rows map + gathers: page_size 1, kv_slot_runs hint
   kNumConfigs
 };
 
@@ -179,6 +186,7 @@ template <> struct ConfigShape<kCfgMlaWgmmaM64N64> { using type = TileShapeWgmma
 template <> struct ConfigShape<kCfgMlaWgmmaM64N64P> { using type = TileShapeWgmmaMla<true>; };
 template <> struct ConfigShape<kCfgMlaWgmmaM64N64PR> { using type = TileShapeWgmmaMla<true, true>; };
 template <> struct ConfigShape<kCfgMlaWgmmaSeesawTma> { using type = TileShapeWgmmaMla<true, false, true>; };
+template <> struct ConfigShape<kCfgMlaWgmmaSeesawRows> { using type = TileShapeWgmmaMla<true, false, true, true>; };
 
 struct ConfigDesc {
   const char* tag;  // e.g. "mla_m32n32_s1"

@@ -56,7 +56,7 @@
 extern "C" {
 #endif
 
-#define VA_ABI_VERSION 1
+#define VA_ABI_VERSION 2  /* 2: va_params.kv_slot_runs */
 
 typedef enum va_status {
   VA_OK = 0,
@@ -123,6 +123,15 @@ typedef struct va_params {
   int32_t page_size;         /* paged: >= 1 */
   int64_t num_pages;         /* paged: pages in the cache (bound for indices) */
   int64_t num_kv_rows;       /* flat: rows of k/v (bound for kv_indptr) */
+  int32_t kv_slot_runs;      /* paged, page_size 1: a hint, 0 or 1 = none; N > 1:
+                                each request's slots mostly come in runs of N
+                                consecutive slots from its first KV row (SGLang's
+                                token slots of a --page-size N pool). With N a
+                                multiple of 64 the sm_90 MLA plan takes the TMA
+                                kernel, which copies each 64-row tile of
+                                consecutive slots as bulk tensor copies and
+                                gathers the others: any slot layout stays
+                                correct, only the speed depends on it */
 
   const uint32_t* tree_mask; /* VA_MASK_TREE: [total_q, mask_words] */
   int32_t mask_words;        /* >= ceil(max_q_len / 32) */

@@ -9,6 +9,7 @@
 #   e.g. bash tools/ab_bench.sh main.whl new.whl 2 --page_size=64 --shapes="mla " \
 #            --timing_rounds=3 --target_ms=100 --baselines=flashmla --flex=none --measure_ceilings=false
 #
+# AB_ARGS_A / AB_ARGS_B: extra bench arguments for the A / B processes only (after the common ones).
 # AB_ENV_A / AB_ENV_B: extra environment (NAME=value ...) for the A / B processes only;
 # with one wheel twice, an A/B of a run-time knob, e.g.
 #   AB_ENV_A="VERIFY_ATTN_K_ROWS_TMA=0" bash tools/ab_bench.sh new.whl new.whl 2 --slot_runs=64 ...
@@ -32,10 +33,11 @@ done
 for ((run = 1; run <= RUNS; run++)); do
   for tag in A B; do
     extra="${AB_ENV_A:-}"; [[ $tag == B ]] && extra="${AB_ENV_B:-}"
+    side_args="${AB_ARGS_A:-}"; [[ $tag == B ]] && side_args="${AB_ARGS_B:-}"
     echo "=== ab_bench: run $run, wheel $tag${extra:+ ($extra)}" >&2
     # shellcheck disable=SC2086  # NAME=value words
     (cd /tmp && env $extra PYTHONPATH="/tmp/va_ab_site_$tag${PYTHONPATH:+:$PYTHONPATH}" "$PY" "$ROOT/tools/bench.py" \
-        --progress=false --json_out="$DEST/ab_${tag}_$run.json" --plot_out="/tmp/va_ab_${tag}_$run.png" "$@" \
+        --progress=false --json_out="$DEST/ab_${tag}_$run.json" --plot_out="/tmp/va_ab_${tag}_$run.png" "$@" $side_args \
         > "/tmp/va_ab_${tag}_$run.log" 2>&1) || { tail -n 30 "/tmp/va_ab_${tag}_$run.log" >&2; exit 1; }
   done
 done

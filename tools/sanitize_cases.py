@@ -13,6 +13,7 @@ Run by tools/gpu_run.sh under memcheck, racecheck and initcheck:
     compute-sanitizer --tool memcheck --error-exitcode 3 python3 tools/sanitize_cases.py
 """
 
+import functools
 import random
 import sys
 
@@ -23,7 +24,7 @@ from verify_attn import masks, reference
 
 
 def make_case(rng, *, mla, paged, dtype, batch, q_len, prefix, heads, hkv, d, page_size, causal,
-              in_order=False):
+              in_order=False, kv_slot_runs=1):
     dev = "cuda"
     q_lens = [q_len if i % 2 == 0 else max(1, q_len // 2) for i in range(batch)]
     kv_lens = [prefix + i + q for i, q in enumerate(q_lens)]
@@ -56,6 +57,8 @@ def make_case(rng, *, mla, paged, dtype, batch, q_len, prefix, heads, hkv, d, pa
         kv_len = torch.tensor(kv_lens, dtype=torch.int32, device=dev)
         args = (q, k, v, qo_indptr, kv_indptr, perm, kv_len)
         fn, ref = verify_attn.tree_attention_paged, reference.reference_attention_paged
+        if kv_slot_runs > 1:  # the hint: sm_90 MLA takes the TMA kernel, boxing runs, gathering the rest
+            fn = functools.partial(fn, kv_slot_runs=kv_slot_runs)
         kw = {}
     return fn, ref, args, dict(tree_mask=tree, causal=causal, **kw)
 
@@ -118,9 +121,13 @@ def main():
         # (folded rows 160 / 80 and 192 / 96 / 192: both paths in each launch)
         dict(mla=True, paged=True, dtype=torch.bfloat16, batch=2, q_len=10, prefix=200, heads=16, hkv=1, d=0, page_size=1, causal=False, splits=1),
         dict(mla=True, paged=True, dtype=torch.float16, batch=3, q_len=12, prefix=250, heads=16, hkv=1, d=0, page_size=64, causal=False, splits=1),
-        # page_size 16, pages in order: the cp.async kernel's tiles of consecutive rows by TMA
-        # (kernels/sm90/mla_wgmma_kernel.cuh; the flat MLA case above takes that path too)
+        # page_size 16, pages in order (the cp.async kernel; the flat MLA case above runs the TMA kernel)
         dict(mla=True, paged=True, dtype=torch.bfloat16, batch=2, q_len=20, prefix=400, heads=16, hkv=1, d=0, page_size=16, causal=False, splits=2, in_order=True),
+        # page_size 1 with the kv_slot_runs hint: the TMA kernel through the rows map
+        # (mla_wgmma_seesaw_tma_rows), consecutive slots boxed, scattered ones gathered
+        # (planned for KV of 8k rows or more: kernels/plan.cc)
+        dict(mla=True, paged=True, dtype=torch.bfloat16, batch=1, q_len=12, prefix=8300, heads=16, hkv=1, d=0, page_size=1, causal=False, splits=0, in_order=True, kv_slot_runs=64),
+        dict(mla=True, paged=True, dtype=torch.float16, batch=2, q_len=9, prefix=8250, heads=16, hkv=1, d=0, page_size=1, causal=False, splits=2, kv_slot_runs=64),
         dict(mla=False, paged=True, dtype=torch.bfloat16, batch=3, q_len=16, prefix=70, heads=12, hkv=4, d=128, page_size=16, causal=False, splits=1),
         dict(mla=False, paged=False, dtype=torch.float16, batch=2, q_len=33, prefix=0, heads=8, hkv=8, d=64, page_size=1, causal=False, splits=2),
         dict(mla=False, paged=True, dtype=torch.bfloat16, batch=1, q_len=4, prefix=200, heads=8, hkv=2, d=256, page_size=64, causal=False, splits=0),

@@ -14,11 +14,17 @@
 // 0 and 2 then checks their stage's tile (a bad KV index sets *s_bad_kv, as
 // the other kernels flag it). A bad page is copied from
 // coordinate -1: the copy engine fills zeros (and still counts the bytes).
+//
+// Flat caches read through the rows map (kernels/sm90/tma_host.h,
+// encode_k_rows_tmap: the page coordinate 0, the slot the cache row; a flat
+// tile is always 64 consecutive rows). kRowsGather: page_size 1 caches through
+// the same map, each tile boxed or gathered (issue_k_tiles_rows).
 #ifndef VERIFY_ATTN_SM90_MLA_TMA_PRODUCER_CUH_
 #define VERIFY_ATTN_SM90_MLA_TMA_PRODUCER_CUH_
 
 #include <stdint.h>
 
+#include "kernels/core/mma.cuh"
 #include "kernels/core/request.cuh"
 #include "kernels/launch.h"
 #include "kernels/sm90/swizzle.cuh"
@@ -39,6 +45,114 @@ __host__ __device__ constexpr bool group_has_block(int g, int b) {
                          : (b >= 4 && b < 8);
 }
 
+// A tile the copy engine cannot box (kRowsGather, its rows not consecutive in
+// the cache): producer warp g gathers its block group with cp.async, 16 bytes
+// per copy, 8 lanes per row (lane: chunk c = lane % 8 of rows lane / 8 + 4 k,
+// k = 0..15, each row's offset from the lane that resolved it, off[0] for rows
+// 0..31, off[1] for 32..63; -1: a zero row, not read), into the 128-byte
+// swizzled places the copy engine would write (kernels/sm90/swizzle.cuh);
+// then waits for its copies, fences them into the async proxy, and lane 0
+// arrives on each block's full barrier (no transaction bytes). A slow path:
+// the producer warp waits for its own copies.
+template <class Shape>
+__device__ __forceinline__ void gather_group_tile(const KernelParams& p, int g, int h,
+                                                  unsigned char* sK,
+                                                  uint64_t (&full_bar)[2][Shape::kKBlocks],
+                                                  const int64_t (&off)[2], int lane) {
+  constexpr int KB = Shape::kKBlocks;
+  const int c = lane & 7, r0 = lane >> 3;
+  const unsigned char* gk = static_cast<const unsigned char*>(p.k) + c * 16;
+  unsigned char* stage = sK + h * Shape::kKTileBytes;
+  // Not unrolled: the producer has 40 registers (unrolled, this spilled).
+#pragma unroll 1
+  for (int k = 0; k < 16; ++k) {
+    const int r = r0 + 4 * k;
+    const int64_t o = __shfl_sync(0xffffffffu, k < 8 ? off[0] : off[1], r & 31);
+    const unsigned char* src = gk + 2 * (o >= 0 ? o : 0);
+    unsigned char* dst = stage + r * 128 + ((c ^ (r & 7)) << 4);
+#pragma unroll
+    for (int b = 0; b < KB; ++b)
+      if (group_has_block(g, b)) cp_async_16(dst + b * kBlockBytes, src + b * 128, o >= 0);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  fence_proxy_async();  // this lane's copies -> the consumers' wgmma (async proxy)
+  __syncwarp();
+  if (lane == 0) {
+#pragma unroll
+    for (int b = 0; b < KB; ++b)
+      if (group_has_block(g, b)) mbar_arrive(&full_bar[h][b]);
+  }
+}
+
+// kRowsGather (page_size 1, the plan's kv_slot_runs hint; p.k_tmap is the rows
+// map): the work of issue_k_tiles below, but warp g resolves every row of its
+// stage's tile below kv_len through the loader (lanes: rows lane, lane + 32;
+// a bad index is flagged and zero-filled) and boxes the tile when those rows
+// are consecutive cache rows (rows past kv_len: whatever follows in the cache,
+// zeroed by the consumers as for a page-64 tile), else gathers it
+// (gather_group_tile).
+template <class Shape, class Loader>
+__device__ __forceinline__ void issue_k_tiles_rows(const KernelParams& p, const RequestTile& rt,
+                                                   const Loader& loader, unsigned char* sK,
+                                                   uint64_t (&full_bar)[2][Shape::kKBlocks],
+                                                   uint64_t (&k_empty)[4], int* s_bad_kv, int wtid) {
+  constexpr int N = Shape::kN, KB = Shape::kKBlocks;
+  const int n_tiles = rt.tile_end - rt.tile_begin;
+  const int n_pairs = (n_tiles + 1) >> 1;
+  const int g = wtid >> 5, lane = wtid & 31, h = group_stage(g);
+  const bool evict_first = n_tiles <= kEvictFirstMaxTiles;
+  const int64_t st = p.k_stride_token;
+  for (int u = 0; u < n_pairs; ++u) {
+    const int i = 2 * u + h;
+    if (i >= n_tiles) break;  // an odd count's last pair has no tile B (warp-uniform)
+    const int j0 = (rt.tile_begin + i) * N;
+    int64_t off[2] = {-1, -1};  // -1: a zero row, not read
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int j = j0 + lane + 32 * hh;
+      int64_t k_off, v_off;
+      if (j < rt.kv_len) {
+        if (loader.row(j, &k_off, &v_off)) {
+          off[hh] = k_off;
+        } else {
+          *s_bad_kv = 1;  // zero-filled (gathered); the CTA's rows become NaN
+        }
+      }
+    }
+    const int64_t first = __shfl_sync(0xffffffffu, off[0], 0);
+    const bool mine = (j0 + lane >= rt.kv_len || off[0] == first + lane * st) &&
+                      (j0 + lane + 32 >= rt.kv_len || off[1] == first + (lane + 32) * st);
+    const bool by_tma = __all_sync(0xffffffffu, mine) && first >= 0;  // row 0 is below kv_len
+    // Pair u - 1's readers are done (suspending wait, as issue_k_tiles).
+    if (lane == 0 && u > 0) mbar_wait<1000000u>(&k_empty[g], (u - 1) & 1);
+    __syncwarp();
+    if (!by_tma) {
+      gather_group_tile<Shape>(p, g, h, sK, full_bar, off, lane);
+      continue;
+    }
+    if (lane == 0) {
+      const int row0 = static_cast<int>(first / st);
+      // The same loop as issue_k_tiles' (kept apart: a shared helper changed
+      // the page-64 kernel's SASS, whose times session 19 checked against main).
+#pragma unroll
+      for (int b = 0; b < KB; ++b) {
+        if (group_has_block(g, b)) {
+          mbar_arrive_expect_tx(&full_bar[h][b], kBlockBytes);
+          unsigned char* dst = sK + h * Shape::kKTileBytes + b * kBlockBytes;
+          if (evict_first)
+            tma_load_block</*kEvictFirst=*/true>(dst, p.k_tmap, &full_bar[h][b], b * kBlockCols,
+                                                 row0, 0);
+          else
+            tma_load_block</*kEvictFirst=*/false>(dst, p.k_tmap, &full_bar[h][b], b * kBlockCols,
+                                                  row0, 0);
+        }
+      }
+    }
+    __syncwarp();
+  }
+}
+
 // The producer warpgroup's work (wtid = 0..127), for every tile pair of the
 // CTA's range rt (an odd count's last pair: tile A only).
 template <class Shape, class Loader>
@@ -46,6 +160,10 @@ __device__ __forceinline__ void issue_k_tiles(const KernelParams& p, const Reque
                                               const Loader& loader, unsigned char* sK,
                                               uint64_t (&full_bar)[2][Shape::kKBlocks],
                                               uint64_t (&k_empty)[4], int* s_bad_kv, int wtid) {
+  if constexpr (Shape::kRowsGather) {
+    issue_k_tiles_rows<Shape>(p, rt, loader, sK, full_bar, k_empty, s_bad_kv, wtid);
+    return;
+  }
   constexpr int N = Shape::kN, KB = Shape::kKBlocks;
   const int n_tiles = rt.tile_end - rt.tile_begin;
   const int n_pairs = (n_tiles + 1) >> 1;  // the last one without tile B when n_tiles is odd

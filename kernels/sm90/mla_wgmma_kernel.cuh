@@ -10,12 +10,7 @@
 //       row per thread), 64-column block by block; after each block it waits
 //       for its own copies, fences them into the async proxy and arrives on
 //       that block's mbarrier, so the consumers start on block 0 while the
-//       rest is in flight. A tile whose 64 rows are 64 consecutive rows of
-//       the cache (p.k_rows_tma: the rows map of kernels/sm90/tma_host.h; a
-//       flat request's tiles, SGLang's token slots of a --page-size 64 pool)
-//       is 9 bulk tensor copies issued by one thread of the half instead
-//       (H200, B1 H16 T64 L32k with slots in runs of 64: 149 -> 137 us,
-//       BENCHMARKS.md session 19). One of its threads first issues the Q tile by
+//       rest is in flight. One of its threads first issues the Q tile by
 //       TMA where q's tensor map allows it (kernels/sm90/mla_consumer.cuh,
 //       issue_q_tile; else the consumers copy Q with cp.async).
 //   WG 1, WG 2 (consumers w = 0, 1; 232 registers): KV tiles go in pairs
@@ -59,7 +54,6 @@
 #include "kernels/sm90/mla_consumer.cuh"
 #include "kernels/sm90/swizzle.cuh"
 #include "kernels/sm90/sync.cuh"
-#include "kernels/sm90/tma.cuh"
 #include "kernels/sm90/wgmma.cuh"
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -132,11 +126,6 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   __shared__ __align__(8) uint64_t empty_bar[2];
   __shared__ __align__(8) uint64_t q_full;  // p.q_tma: Q landed (transaction bytes)
   __shared__ int s_bad_kv;
-  // kStagedRows with p.k_rows_tma: per producer half and row buffer, each
-  // warp's first row offset when its 32 rows are 32 consecutive cache rows,
-  // else -1 (stage_rows); a tile whose two runs continue each other is
-  // copied by TMA.
-  __shared__ int64_t s_run[2][2][2];
   __shared__ RequestTile s_rt;  // re-read by the consumers after the role split
 
   // A programmatic dependent launch (kernels/pdl_launch.h): no global memory
@@ -208,14 +197,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     };
     auto stage_rows = [&](int i, int buf) {
       int64_t off = 0;
-      const bool ok = row_offset(i, wtid & 63, &off);
-      s_off[buf * N + (wtid & 63)] = ok ? off : -1;
-      if (p.k_rows_tma) {  // uniform
-        const int lane = wtid & 31;
-        const int64_t first = __shfl_sync(0xffffffffu, off, 0);
-        const bool run = __all_sync(0xffffffffu, ok && off == first + lane * p.k_stride_token);
-        if (lane == 0) s_run[half][buf][(wtid >> 5) & 1] = run ? first : -1;
-      }
+      s_off[buf * N + (wtid & 63)] = row_offset(i, wtid & 63, &off) ? off : -1;
     };
     if (p.q_tma && wtid == 0) issue_q_tile(p, rt, sQ, &q_full);  // before the first page reads
     if constexpr (Shape::kStagedRows) {
@@ -226,30 +208,6 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       const int use = i >> 1;
       const int buf = use & 1;
       if (Shape::kStagedRows && use >= 1) mbar_wait(&empty_bar[half], (use - 1) & 1);
-      if constexpr (Shape::kStagedRows) {
-        // 64 consecutive cache rows: 9 boxes of 64 x 64 by TMA (the map of
-        // kernels/sm90/tma_host.h, encode_k_rows_tmap), one thread issuing
-        // them, every thread of the half arriving as for its copies.
-        const int64_t run0 = s_run[half][buf][0], run1 = s_run[half][buf][1];
-        if (p.k_rows_tma && run0 >= 0 && run1 == run0 + 32 * p.k_stride_token) {
-          unsigned char* dst = sK + half * Shape::kKTileBytes;
-          if ((wtid & 63) == 0) {
-            const int row0 = static_cast<int>(run0 / p.k_stride_token);
-#pragma unroll
-            for (int b = 0; b < KB; ++b) {
-              mbar_arrive_expect_tx(&full_bar[half][b], kBlockBytes);
-              tma_load_block</*kEvictFirst=*/false>(dst + b * kBlockBytes, p.k_tmap,
-                                                    &full_bar[half][b], b * kBlockCols, row0, 0);
-            }
-          } else {
-#pragma unroll
-            for (int b = 0; b < KB; ++b) mbar_arrive(&full_bar[half][b]);
-          }
-          if (i + 2 < n_loads) stage_rows(i + 2, buf ^ 1);
-          named_barrier_sync(kBarProducer + half, 64);
-          continue;
-        }
-      }
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const DT* src[4];

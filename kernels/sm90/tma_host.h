@@ -89,16 +89,16 @@ inline va_status encode_k_tmap(KernelParams* kp, int dtype) {
   return VA_OK;
 }
 
-// The sm_90a cp.async kernel's K map (kernels/sm90/mla_wgmma_kernel.cuh):
-// the cache's rows as one 3-D map [1][rows][576 columns] (token stride of the
-// cache; boxes of 64 columns x 64 rows, 128-byte swizzle, zeros past the
-// last row), so that a tile whose 64 rows are 64 consecutive rows of the cache
-// (a page of 64 or more, SGLang's token slots of a `--page-size 64` pool, a
-// flat request) is copied as 9 boxes instead of 4,608 cp.async; other tiles
-// are gathered as before. Rows: num_kv_rows for a flat cache, num_pages for
-// page_size 1, num_pages * page_size when pages are page_size token strides
-// apart. Not an error when it does not apply: sets kp->k_rows_tma (1 = map
-// encoded). VERIFY_ATTN_K_ROWS_TMA=0 turns it off (an A/B and test knob).
+// The TMA kernel's K map for flat caches and for page_size 1 caches planned
+// with the kv_slot_runs hint (kernels/sm90/mla_tma_producer.cuh): the cache's
+// rows as one 3-D map [1][rows][576 columns] (token stride of the cache;
+// boxes of 64 columns x 64 rows, 128-byte swizzle, zeros past the last row),
+// so that a tile of 64 consecutive cache rows (a flat request's; SGLang's
+// token slots of a `--page-size 64` pool) is 9 boxes. Rows: num_kv_rows for a
+// flat cache, num_pages for page_size 1, num_pages * page_size when pages are
+// page_size token strides apart. Returns false when it does not apply (the
+// caller then runs the cp.async kernel) and sets kp->k_rows_tma (1 = map
+// encoded). VERIFY_ATTN_K_ROWS_TMA=0 refuses it (an A/B and test knob).
 inline bool encode_k_rows_tmap(KernelParams* kp, int dtype, bool paged) {
   kp->k_rows_tma = 0;
   const char* env = std::getenv("VERIFY_ATTN_K_ROWS_TMA");
@@ -204,20 +204,6 @@ inline bool encode_o_tmap(KernelParams* kp, int dtype) {
     return false;
   kp->o_tma = 1;
   return true;
-}
-
-// VERIFY_ATTN_REQUIRE_K_ROWS_TMA=1 (tests): a launch of the sm_90a cp.async
-// kernel whose cache the rows map cannot describe fails (VA_ERR_UNSUPPORTED),
-// so a test can tell that its tiles of consecutive rows could take the map.
-inline va_status encode_k_rows_tmap_checked(KernelParams* kp, int dtype, bool paged) {
-  if (encode_k_rows_tmap(kp, dtype, paged)) return VA_OK;
-  const char* env = std::getenv("VERIFY_ATTN_REQUIRE_K_ROWS_TMA");
-  if (env == nullptr || env[0] != '1') return VA_OK;
-  return va_fail(VA_ERR_UNSUPPORTED,
-                 "k: VERIFY_ATTN_REQUIRE_K_ROWS_TMA=1 but the rows map cannot describe the cache "
-                 "(page_size %d, strides %lld / %lld elements)",
-                 kp->page_size, static_cast<long long>(kp->k_stride_page),
-                 static_cast<long long>(kp->k_stride_token));
 }
 
 // VERIFY_ATTN_REQUIRE_Q_TMA=1 (tests): a launch of an sm_90a MLA kernel whose

@@ -129,6 +129,7 @@ int main() {
     const bool sm90a = std::string(va_compiled_archs()).find("sm_90a") != std::string::npos;
     const std::string tma = "wgmma_bf16_mla_wgmma_seesaw_tma";
     const std::string gather = "wgmma_bf16_mla_wgmma_m64n64_pipe_rows";
+    const std::string tma_rows = "wgmma_bf16_mla_wgmma_seesaw_tma_rows";
     if (sm90a) {
       CHECK(name(p, sm90) == tma, "page_size 64 on sm_90: %s", plan.name);
       va_params q = p;
@@ -140,6 +141,34 @@ int main() {
       CHECK(name(q, sm90) == gather, "page_size 16 on sm_90: %s", plan.name);
       q.page_size = 1;
       CHECK(name(q, sm90) == gather, "page_size 1 on sm_90: %s", plan.name);
+      // The kv_slot_runs hint (slots in runs of a multiple of 64): the TMA
+      // kernel through the rows map; other run lengths keep the cp.async one.
+      q.k_stride_page = 576;
+      q.num_pages = 64000;
+      q.kv_slot_runs = 64;
+      CHECK(name(q, sm90) == tma_rows, "page_size 1, kv_slot_runs 64: %s", plan.name);
+      q.max_kv_len = 8191;  // short KV: the cp.async kernel (BENCHMARKS.md session 19)
+      CHECK(name(q, sm90) == gather, "page_size 1, kv_slot_runs 64, max_kv_len 8191: %s", plan.name);
+      setenv("VERIFY_ATTN_FORCE_CONFIG", "mla_wgmma_seesaw_tma_rows", 1);
+      CHECK(name(q, sm90) == tma_rows, "forced rows map, max_kv_len 8191: %s", plan.name);
+      unsetenv("VERIFY_ATTN_FORCE_CONFIG");
+      q.max_kv_len = p.max_kv_len;
+      q.kv_slot_runs = 128;
+      CHECK(name(q, sm90) == tma_rows, "page_size 1, kv_slot_runs 128: %s", plan.name);
+      q.kv_slot_runs = 32;
+      CHECK(name(q, sm90) == gather, "page_size 1, kv_slot_runs 32: %s", plan.name);
+      q.kv_slot_runs = 64;
+      q.k_stride_token = 580;  // 1160 bytes: no rows map
+      CHECK(name(q, sm90) == gather, "kv_slot_runs 64, token stride 1160 bytes: %s", plan.name);
+      q = p;
+      q.page_size = 16;
+      q.kv_slot_runs = 64;  // page_size 16: the hint is for page_size 1
+      CHECK(name(q, sm90) == gather, "page_size 16, kv_slot_runs 64: %s", plan.name);
+      q.page_size = 1;
+      q.kv_slot_runs = 0;
+      setenv("VERIFY_ATTN_FORCE_CONFIG", "mla_wgmma_seesaw_tma_rows", 1);
+      CHECK(name(q, sm90) == gather, "forced rows map without the hint: %s", plan.name);
+      unsetenv("VERIFY_ATTN_FORCE_CONFIG");
       q = p;
       q.kv_layout = VA_KV_FLAT;
       q.num_kv_rows = 70000;

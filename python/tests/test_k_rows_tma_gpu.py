@@ -1,19 +1,18 @@
-"""The sm_90a cp.async kernel's tiles of consecutive cache rows by TMA
-(kernels/sm90/mla_wgmma_kernel.cuh, kernels/sm90/tma_host.h encode_k_rows_tmap).
+"""Paged MLA caches of page_size 1 whose token slots come in runs, on sm_90a.
 
-The kernel the plan picks for page_size 1 (and page sizes below 64, and flat
-caches) copies a KV tile whose 64 rows sit in 64 consecutive rows of the cache
-as 9 bulk tensor copies, and gathers every other tile with cp.async. Checked
-here against the float64 reference and, bit for bit, against the same launch
-with the map off (VERIFY_ATTN_K_ROWS_TMA=0): page_size 1 caches whose slots
-come in runs of 64 (SGLang's token slots of a ``--page-size 64`` pool), runs
-broken inside a tile, runs not aligned to a tile, fully scattered requests,
-page_size 16 with consecutive page ids, a padded cache (token stride wider than
-the row); and flat MLA caches, which now take the TMA kernel with that map (and
-the cp.async kernel when the map is off). Every slot the requests
-do not own holds NaN: a tile copied from the wrong rows shows in the output.
-VERIFY_ATTN_REQUIRE_K_ROWS_TMA=1 pins that the map was encoded (a cache it
-cannot describe fails instead).
+The ``kv_slot_runs`` hint (a multiple of 64: SGLang's token slots of a
+``--page-size 64`` pool) plans the TMA kernel through a map of the cache's rows
+(kernels/sm90/tma_host.h encode_k_rows_tmap, configuration
+``mla_wgmma_seesaw_tma_rows``): a tile whose rows below kv_len are 64
+consecutive cache rows is boxed, any other is gathered by the producer
+(kernels/sm90/mla_tma_producer.cuh). Without the hint the cp.async kernel runs.
+Checked against the float64 reference on runs of 64, runs broken inside a tile,
+runs not aligned to a tile, fully scattered requests, page_size 16 with
+consecutive page ids, padded caches, 16 / 64 / 128 heads, a bad slot inside a
+run, a CUDA-graph plan, and the fallback when the map is refused
+(VERIFY_ATTN_K_ROWS_TMA=0). Flat MLA caches take the TMA kernel with the same
+map (and the cp.async kernel when it is refused). Every slot the requests do
+not own holds NaN: a tile copied from the wrong rows shows in the output.
 """
 
 import random
@@ -36,7 +35,7 @@ GATHER = "mla_wgmma_m64n64_pipe_rows"
 def _sm90(monkeypatch):
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the sm_90a kernels")
-    for name in ("VERIFY_ATTN_FORCE_CONFIG", "VERIFY_ATTN_K_ROWS_TMA", "VERIFY_ATTN_REQUIRE_K_ROWS_TMA"):
+    for name in ("VERIFY_ATTN_FORCE_CONFIG", "VERIFY_ATTN_K_ROWS_TMA"):
         monkeypatch.delenv(name, raising=False)
     errors._reset_for_tests()
     yield
@@ -91,53 +90,56 @@ def make(seed, kinds, q_lens, prefixes, heads=16, dtype=torch.bfloat16, width=57
     return a, max(q_lens), max(kv_lens)
 
 
-def run(a, mq, mkv, splits, page_size=1):
+def run(a, mq, mkv, splits, page_size=1, kv_slot_runs=1):
     out = torch.full((a["q"].shape[0], a["q"].shape[1], 512), float("nan"), dtype=a["q"].dtype, device=DEV)
     lse = torch.full((a["q"].shape[0], a["q"].shape[1]), float("nan"), device=DEV)
     verify_attn.tree_attention_paged(a["q"], a["k"], None, a["qo"], a["kv_indptr"], a["kv_indices"],
                                      a["kv_len"], page_size=page_size, tree_mask=a["tree"], max_q_len=mq,
-                                     max_kv_len=mkv, num_splits=splits, out=out, lse=lse)
+                                     max_kv_len=mkv, num_splits=splits, out=out, lse=lse,
+                                     kv_slot_runs=kv_slot_runs)
     return out, lse
 
 
-def check_both_ways(a, mq, mkv, splits, monkeypatch, page_size=1):
-    name = verify_attn.plan_info(a["q"], a["k"], None, a["qo"], a["kv_indptr"], a["kv_indices"], a["kv_len"],
-                                 page_size=page_size, tree_mask=a["tree"], max_q_len=mq, max_kv_len=mkv,
-                                 num_splits=splits)["name"]
-    assert name.endswith(GATHER), name
-    monkeypatch.setenv("VERIFY_ATTN_REQUIRE_K_ROWS_TMA", "1")
-    out, lse = run(a, mq, mkv, splits, page_size)
-    monkeypatch.delenv("VERIFY_ATTN_REQUIRE_K_ROWS_TMA")
+def ref(a, page_size=1):
     k = torch.nan_to_num(a["k"], nan=0.0)
-    ro, rl = reference.reference_attention_paged(a["q"], k, None, a["qo"], a["kv_indptr"], a["kv_indices"],
-                                                 a["kv_len"], page_size=page_size, tree_mask=a["tree"])
+    return reference.reference_attention_paged(a["q"], k, None, a["qo"], a["kv_indptr"], a["kv_indices"],
+                                               a["kv_len"], page_size=page_size, tree_mask=a["tree"])
+
+
+def assert_close(out, lse, ro, rl):
     assert torch.isfinite(out).all() and torch.isfinite(lse).all(), "NaN leaked: a tile read the wrong rows"
     err = ((out.double() - ro).norm() / ro.norm()).item()
     assert err < 1e-2, err
     assert (lse.double() - rl).abs().max().item() < 1e-2
-    monkeypatch.setenv("VERIFY_ATTN_K_ROWS_TMA", "0")
-    out0, lse0 = run(a, mq, mkv, splits, page_size)
-    assert torch.equal(out, out0) and torch.equal(lse, lse0), "TMA tiles and cp.async tiles differ"
+
+
+def check_no_hint(a, mq, mkv, splits, page_size=1):
+    """Without the hint: the cp.async kernel, against the reference."""
+    name = verify_attn.plan_info(a["q"], a["k"], None, a["qo"], a["kv_indptr"], a["kv_indices"], a["kv_len"],
+                                 page_size=page_size, tree_mask=a["tree"], max_q_len=mq, max_kv_len=mkv,
+                                 num_splits=splits)["name"]
+    assert name.endswith(GATHER), name
+    out, lse = run(a, mq, mkv, splits, page_size)
+    assert_close(out, lse, *ref(a, page_size))
 
 
 @pytest.mark.parametrize("splits", [0, 1, 3], ids=["splits0", "splits1", "splits3"])
 @pytest.mark.parametrize("seed", [0, 1], ids=["seed0", "seed1"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_slot_runs_match_reference(splits, seed, dtype, monkeypatch):
+def test_slot_runs_without_the_hint(splits, seed, dtype):
     a, mq, mkv = make(seed, ["runs", "broken", "scattered", "runs", "shifted"], q_lens=[5, 16, 3, 64, 7],
                       prefixes=[40, 700, 129, 1000, 300], dtype=dtype)
-    check_both_ways(a, mq, mkv, splits, monkeypatch)
+    check_no_hint(a, mq, mkv, splits)
 
 
 @pytest.mark.parametrize("heads", [16, 128], ids=["h16", "h128"])
-def test_slot_runs_padded_cache(heads, monkeypatch):
+def test_slot_runs_padded_cache_without_the_hint(heads):
     a, mq, mkv = make(2, ["runs", "runs"], q_lens=[4, 32], prefixes=[500, 260], heads=heads, width=640)
-    check_both_ways(a, mq, mkv, 0, monkeypatch)
+    check_no_hint(a, mq, mkv, 0)
 
 
-def test_page16_consecutive_pages(monkeypatch):
-    """page_size 16: pages 4p .. 4p + 3 in order are one 64-row run (the rows map spans pages);
-    request 1 has two of its pages swapped (that tile is gathered)."""
+def test_page16_consecutive_pages():
+    """page_size 16 (the hint is for page_size 1: the cp.async kernel), pages in runs and two swapped."""
     a, mq, mkv = make(3, ["runs", "runs", "runs"], q_lens=[8, 16, 2], prefixes=[300, 900, 63])
     ind, ptr = a["kv_indices"].cpu(), a["kv_indptr"].cpu().tolist()
     pages, pptr = [], [0]
@@ -152,7 +154,7 @@ def test_page16_consecutive_pages(monkeypatch):
         pptr.append(len(pages))
     a["kv_indices"] = torch.tensor(pages, dtype=torch.int32, device=DEV)
     a["kv_indptr"] = torch.tensor(pptr, dtype=torch.int32, device=DEV)
-    check_both_ways(a, mq, mkv, 0, monkeypatch, page_size=16)
+    check_no_hint(a, mq, mkv, 0, page_size=16)
 
 
 def test_flat_mla_takes_the_tma_kernel(monkeypatch):
@@ -188,18 +190,106 @@ def test_flat_mla_takes_the_tma_kernel(monkeypatch):
             assert err < 1e-2, (knob, splits, err)
 
 
-def test_require_knob_refuses_a_cache_the_map_cannot_describe(monkeypatch):
-    """page_size 16 with pages 17 token strides apart: no rows map; the knob makes that an error."""
-    a, mq, mkv = make(4, ["runs"], q_lens=[4], prefixes=[100])
-    base = torch.randn(40, 17, 1, 576, device=DEV).to(torch.bfloat16)
-    k = base[:, :16]  # [pages, 16, 1, 576], page stride 17 * 576
-    ind = torch.arange(8, dtype=torch.int32, device=DEV)
-    ptr = torch.tensor([0, 7], dtype=torch.int32, device=DEV)
-    kvl = torch.tensor([104], dtype=torch.int32, device=DEV)
-    monkeypatch.setenv("VERIFY_ATTN_REQUIRE_K_ROWS_TMA", "1")
-    with pytest.raises(NotImplementedError, match="VERIFY_ATTN_REQUIRE_K_ROWS_TMA"):
-        verify_attn.tree_attention_paged(a["q"], k, None, a["qo"], ptr, ind, kvl, tree_mask=a["tree"])
-    monkeypatch.delenv("VERIFY_ATTN_REQUIRE_K_ROWS_TMA")
-    out = verify_attn.tree_attention_paged(a["q"], k, None, a["qo"], ptr, ind, kvl, tree_mask=a["tree"])
-    ro, _ = reference.reference_attention_paged(a["q"], k, None, a["qo"], ptr, ind, kvl, tree_mask=a["tree"])
-    assert ((out.double() - ro).norm() / ro.norm()).item() < 1e-2
+TMA_ROWS = "mla_wgmma_seesaw_tma_rows"
+KINDS = ["runs", "broken", "scattered", "runs", "shifted"]
+
+
+@pytest.fixture
+def force_rows(monkeypatch):
+    """The plan takes the rows kernel on its own only for KV of 8k rows or more
+    (kernels/plan.cc, test_kv_slot_runs_hint_auto_choice); these small cases force it."""
+    monkeypatch.setenv("VERIFY_ATTN_FORCE_CONFIG", TMA_ROWS)
+
+
+def test_kv_slot_runs_hint_auto_choice():
+    """With the hint, the plan picks the rows kernel for max_kv_len >= 8192, the cp.async one below."""
+    a, mq, mkv = make(11, ["runs", "shifted"], q_lens=[16, 4], prefixes=[9000, 300])
+    info = lambda a, mq, mkv: verify_attn.plan_info(  # noqa: E731
+        a["q"], a["k"], None, a["qo"], a["kv_indptr"], a["kv_indices"], a["kv_len"], tree_mask=a["tree"],
+        max_q_len=mq, max_kv_len=mkv, kv_slot_runs=64)["name"]
+    assert info(a, mq, mkv).endswith(TMA_ROWS)
+    out, lse = run(a, mq, mkv, 0, kv_slot_runs=64)
+    assert_close(out, lse, *ref(a))
+    b, mq, mkv = make(12, ["runs"], q_lens=[16], prefixes=[3000])
+    assert info(b, mq, mkv).endswith(GATHER)
+
+
+@pytest.mark.parametrize("splits", [0, 1, 3], ids=["splits0", "splits1", "splits3"])
+@pytest.mark.parametrize("seed", [0, 1], ids=["seed0", "seed1"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_kv_slot_runs_hint_takes_the_tma_kernel(splits, seed, dtype, force_rows):
+    """kv_slot_runs=64: the TMA kernel with the rows map; tiles of consecutive slots boxed, the
+    broken / shifted / scattered ones gathered by its producer; rows past kv_len in a boxed tile
+    are the cache's next rows (NaN here), which the consumers must zero."""
+    a, mq, mkv = make(seed, KINDS, q_lens=[5, 16, 3, 64, 7], prefixes=[40, 700, 129, 1000, 300], dtype=dtype)
+    name = verify_attn.plan_info(a["q"], a["k"], None, a["qo"], a["kv_indptr"], a["kv_indices"], a["kv_len"],
+                                 tree_mask=a["tree"], max_q_len=mq, max_kv_len=mkv, num_splits=splits,
+                                 kv_slot_runs=64)["name"]
+    assert name.endswith(TMA_ROWS), name
+    out, lse = run(a, mq, mkv, splits, kv_slot_runs=64)
+    assert_close(out, lse, *ref(a))
+    out1, _ = run(a, mq, mkv, splits)  # no hint: the cp.async kernel (the forced tag does not serve it)
+    assert ((out.double() - out1.double()).norm() / out1.double().norm()).item() < 1e-2
+
+
+@pytest.mark.parametrize("heads", [16, 64, 128], ids=["h16", "h64", "h128"])
+def test_kv_slot_runs_hint_padded_cache_and_heads(heads, force_rows):
+    a, mq, mkv = make(5, ["runs", "shifted", "runs"], q_lens=[4, 32, 9], prefixes=[500, 260, 2000],
+                      heads=heads, width=640)
+    name = verify_attn.plan_info(a["q"], a["k"], None, a["qo"], a["kv_indptr"], a["kv_indices"], a["kv_len"],
+                                 tree_mask=a["tree"], max_q_len=mq, max_kv_len=mkv, kv_slot_runs=128)["name"]
+    assert name.endswith(TMA_ROWS), name
+    out, lse = run(a, mq, mkv, 0, kv_slot_runs=128)
+    assert_close(out, lse, *ref(a))
+
+
+def test_kv_slot_runs_hint_without_the_map_falls_back(monkeypatch, force_rows):
+    """VERIFY_ATTN_K_ROWS_TMA=0: the planned TMA kernel cannot get its map; the cp.async kernel runs."""
+    a, mq, mkv = make(6, KINDS, q_lens=[5, 16, 3, 64, 7], prefixes=[40, 700, 129, 1000, 300])
+    monkeypatch.setenv("VERIFY_ATTN_K_ROWS_TMA", "0")
+    out, lse = run(a, mq, mkv, 0, kv_slot_runs=64)
+    assert_close(out, lse, *ref(a))
+
+
+def test_kv_slot_runs_hint_bad_slot_is_flagged(force_rows):
+    """A slot past the cache inside a run: that tile is gathered, the slot zero-filled and flagged,
+    its request's rows NaN, the other requests exact."""
+    a, mq, mkv = make(7, ["runs", "runs", "runs"], q_lens=[4, 4, 4], prefixes=[300, 300, 300])
+    clean, _ = ref(a)
+    bad = a["kv_indices"].clone()
+    bad[int(a["kv_indptr"][1]) + 70] = a["k"].shape[0] + 5  # request 1, row 70: past the cache
+    a["kv_indices"] = bad
+    out, _ = run(a, mq, mkv, 0, kv_slot_runs=64)
+    with pytest.raises(verify_attn.KernelInputError) as ei:
+        verify_attn.check_errors()
+    assert ei.value.bits & errors.ERR_KV_INDEX and ei.value.request == 1, str(ei.value)
+    assert torch.isnan(out[4:8]).all()
+    for r in (slice(0, 4), slice(8, 12)):
+        err = ((out[r].double() - clean[r]).norm() / clean[r].norm()).item()
+        assert torch.isfinite(out[r]).all() and err < 1e-2, err
+
+
+def test_kv_slot_runs_hint_in_a_cuda_graph_plan(force_rows):
+    """TreeAttentionPlan with the hint: plans the TMA kernel, replays in a CUDA graph with new slots."""
+    a, mq, mkv = make(8, ["runs", "scattered"], q_lens=[16, 16], prefixes=[600, 600])
+    plan = verify_attn.TreeAttentionPlan(a["q"], a["k"], None, a["qo"], a["kv_indptr"], a["kv_indices"],
+                                         a["kv_len"], tree_mask=a["tree"], max_q_len=mq, max_kv_len=mkv,
+                                         return_lse=True, kv_slot_runs=64)
+    assert plan.info["name"].endswith(TMA_ROWS), plan.info
+    plan.run()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        plan.run()
+        with torch.cuda.graph(g, stream=s):
+            plan.run()
+    torch.cuda.current_stream().wait_stream(s)
+    b, _, _ = make(9, ["scattered", "runs"], q_lens=[16, 16], prefixes=[600, 600])
+    for n in ("q", "k", "kv_indices", "tree"):
+        a[n].copy_(b[n])
+    plan.out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    assert_close(plan.out, plan.lse, *ref(a))

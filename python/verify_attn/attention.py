@@ -85,6 +85,24 @@ _FLOAT32_MAX = 3.4028234663852886e38  # sm_scale: a float in the C-ABI
 _SM_SCALE_MAX = _FLOAT32_MAX / math.log2(math.e)
 _KV_FLAT = 0
 _KV_PAGED = 1
+# Paged, page_size 1, with the kv_slot_runs hint (a multiple of 64): the C-ABI's
+# VA_KV_PAGED with va_params.kv_slot_runs set. A layout code of this module's
+# custom ops only (their schema stays as it is).
+_KV_PAGED_RUNS = 2
+
+
+def _layout_code(paged: bool, kv_slot_runs, page_size: int) -> int:
+    """The custom ops' layout code; checks ``kv_slot_runs`` (int >= 1; > 1 only with a
+    paged cache of page_size 1)."""
+    runs = as_int(kv_slot_runs, "kv_slot_runs")
+    if runs < 1 or runs > _INT32_MAX:
+        raise ValueError(f"kv_slot_runs: must be in [1, 2^31-1], got {runs}")
+    if runs > 1 and (not paged or page_size != 1):
+        raise ValueError(f"kv_slot_runs: only for a paged cache with page_size 1 (got "
+                         f"{'page_size ' + str(page_size) if paged else 'a flat cache'})")
+    if not paged:
+        return _KV_FLAT
+    return _KV_PAGED_RUNS if runs % 64 == 0 else _KV_PAGED
 
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -412,7 +430,7 @@ def _resolve_bounds(paged, q, qo_indptr, kv_indptr, kv_len, max_q_len, max_kv_le
 
 
 def _names(kv_layout: int):
-    return ("k_cache", "v_cache") if kv_layout == _KV_PAGED else ("k", "v")
+    return ("k_cache", "v_cache") if kv_layout != _KV_FLAT else ("k", "v")
 
 
 def _v_is_k_prefix_view(k: torch.Tensor, v: torch.Tensor) -> bool:
@@ -514,8 +532,9 @@ def _build_params(
 ):
     p = _C.Params()
     p.dtype = _C.DTYPE_BF16 if q.dtype == torch.bfloat16 else _C.DTYPE_FP16
-    paged = kv_layout == _KV_PAGED
+    paged = kv_layout != _KV_FLAT
     p.kv_layout = _C.KV_PAGED if paged else _C.KV_FLAT
+    p.kv_slot_runs = 64 if kv_layout == _KV_PAGED_RUNS else 0
     p.mask_mode = _C.MASK_CAUSAL if causal else _C.MASK_TREE
     p.batch_size = qo_indptr.shape[0] - 1
     p.total_q = q.shape[0]
@@ -716,12 +735,13 @@ def _prepare(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size
 
 
 def _run(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tree_mask, causal,
-         sm_scale, head_dim_vo, max_q_len, max_kv_len, return_lse, num_splits, out, lse):
+         sm_scale, head_dim_vo, max_q_len, max_kv_len, return_lse, num_splits, out, lse,
+         kv_slot_runs=1):
     ps, d_vo, scale, mq, mkv = _prepare(
         paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tree_mask,
         causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out, lse,
     )
-    layout = _KV_PAGED if paged else _KV_FLAT
+    layout = _layout_code(paged, kv_slot_runs, ps)
     causal = bool(causal)  # checked by _prepare
     return_lse = as_bool(return_lse, "return_lse")
     if out is None and lse is None:
@@ -843,6 +863,7 @@ def tree_attention_paged(
     num_splits: int = 0,
     out: Optional[torch.Tensor] = None,
     lse: Optional[torch.Tensor] = None,
+    kv_slot_runs: int = 1,
 ) -> TensorOrPair:
     """Tree-verify attention over a paged KV cache.
 
@@ -863,6 +884,17 @@ def tree_attention_paged(
       kv_indices: int32 page ids, ``>= kv_indptr[B]`` entries.
       kv_len: ``[B]`` int32 KV rows per request (prefix + drafts), ``>= q_len_i``.
       page_size: see ``k_cache``; must match ``k_cache.shape[1]`` for a 4-D cache.
+      kv_slot_runs: page_size 1 only, a hint (int >= 1, default 1 = none): the
+        slots of each request mostly come in runs of this many consecutive
+        slots from its first KV row, as SGLang's token slots of a
+        ``--page-size kv_slot_runs`` pool do. With a multiple of 64 and
+        ``max_kv_len >= 8192``, MLA on sm_90 takes the TMA kernel
+        (kernels/sm90/mla_seesaw_kernel.cuh, config ``mla_wgmma_seesaw_tma_rows``),
+        which copies each 64-row tile whose slots are consecutive by bulk
+        tensor copies and gathers the others; otherwise the cp.async kernel.
+        Any slot layout gives correct results either way; only the speed
+        depends on the hint (H200, slots in runs of 64: 5-8% faster on the
+        L8k-L128k MLA rows, BENCHMARKS.md session 19).
       other arguments: as in :func:`tree_attention_flat`; ``max_kv_len`` is
         computed from ``kv_len`` when None (host sync).
 
@@ -875,7 +907,7 @@ def tree_attention_paged(
     """
     return _run(True, q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, kv_len, page_size,
                 tree_mask, causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, return_lse,
-                num_splits, out, lse)
+                num_splits, out, lse, kv_slot_runs)
 
 
 def plan_info(
@@ -896,6 +928,7 @@ def plan_info(
     max_kv_len: Optional[int] = None,
     return_lse: bool = False,
     num_splits: int = 0,
+    kv_slot_runs: int = 1,
 ) -> dict:
     """Which kernel configuration a call with these arguments would run (nothing is launched).
 
@@ -918,7 +951,8 @@ def plan_info(
       ``<path>_<dtype>_<config>``: path ``wgmma`` (the sm_90a MLA kernels, chosen
       for MLA on sm_90: kernels/sm90/mla_seesaw_kernel.cuh, config
       ``mla_wgmma_seesaw_tma``, for flat caches and paged caches with page_size a
-      multiple of 64,
+      multiple of 64, ``mla_wgmma_seesaw_tma_rows`` for page_size 1 with the
+      ``kv_slot_runs`` hint and 8k or more KV rows,
       kernels/sm90/mla_wgmma_kernel.cuh, ``mla_wgmma_m64n64_pipe_rows``, otherwise)
       or ``mma_sync`` (the portable kernel, every other case), e.g.
       ``wgmma_bf16_mla_wgmma_seesaw_tma`` or ``mma_sync_fp16_gqa_d128_m64n64_s2``.
@@ -935,7 +969,7 @@ def plan_info(
         paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tree_mask,
         causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, None, None,
     )
-    layout = _KV_PAGED if paged else _KV_FLAT
+    layout = _layout_code(paged, kv_slot_runs, ps)
     out = torch.empty((q.shape[0], q.shape[1], d_vo), dtype=q.dtype, device=q.device)
     lse = torch.empty((q.shape[0], q.shape[1]), dtype=torch.float32, device=q.device) if return_lse else None
     tensors = (q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, out, lse)

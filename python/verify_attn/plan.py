@@ -48,8 +48,8 @@ class TreeAttentionPlan:
         tensors must keep their storage, shape and strides for the life of the
         plan (update their contents in place, e.g. ``copy_``); :meth:`run`
         raises ValueError otherwise.
-      page_size, tree_mask, causal, sm_scale, head_dim_vo, num_splits: as for
-        those functions.
+      page_size, tree_mask, causal, sm_scale, head_dim_vo, num_splits,
+        kv_slot_runs: as for those functions.
       max_q_len (int): host upper bound of every request's draft count (<= 1024);
         required (None raises ValueError naming it).
       max_kv_len (int): host upper bound of every request's KV rows (prefix +
@@ -78,7 +78,7 @@ class TreeAttentionPlan:
                  page_size: Optional[int] = None, tree_mask=None, causal: bool = False,
                  sm_scale: Optional[float] = None, head_dim_vo: Optional[int] = None,
                  max_q_len: int, max_kv_len: int, return_lse: bool = False,
-                 num_splits: int = 0):
+                 num_splits: int = 0, kv_slot_runs: int = 1):
         return_lse = _as_bool(return_lse, "return_lse")
         for name, bound in (("max_q_len", max_q_len), ("max_kv_len", max_kv_len)):
             if bound is None:
@@ -90,7 +90,7 @@ class TreeAttentionPlan:
         out = torch.empty((q.shape[0], q.shape[1], d_vo), dtype=q.dtype, device=q.device)
         lse = (torch.empty((q.shape[0], q.shape[1]), dtype=torch.float32, device=q.device)
                if return_lse else None)
-        layout = _attn._KV_PAGED if paged else _attn._KV_FLAT
+        layout = _attn._layout_code(paged, kv_slot_runs, ps)
         tensors = (q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, out, lse)
         _attn._check_strides(layout, *tensors)
         _attn._check_devices(layout, *tensors)

@@ -66,6 +66,7 @@ class Case:
     prefix_indptr: torch.Tensor    # int32 [B+1] (SGLang kv_indptr: prefix only)
     prefix_slots: torch.Tensor     # int64 (SGLang kv_indices: token slots)
     prefix_lens_t: torch.Tensor    # int32 [B]
+    kv_slot_runs: int = 1          # verify_attn's kv_slot_runs hint (build_case's slot_runs when hinted)
     _full_mask: Optional[tuple] = None
 
     @property
@@ -159,13 +160,15 @@ def sglang_full_mask(tree_mask: torch.Tensor, qo_indptr: torch.Tensor, prefix_le
     return flat, mask_indptr
 
 
-def build_case(shape, device, *, page_size: int = 1, seed: int = 0, slot_runs: int = 1) -> Case:
+def build_case(shape, device, *, page_size: int = 1, seed: int = 0, slot_runs: int = 1,
+               hint_slot_runs: bool = True) -> Case:
     """Random trees and a scattered page table for ``shape`` (no values yet).
 
     ``slot_runs`` (page_size 1 only): the token slots of a request come in runs
     of that many consecutive slots (the pool's pages of ``slot_runs`` slots
     scattered at random, as SGLang's token slots of a ``--page-size`` pool);
-    1 scatters every slot.
+    1 scatters every slot. ``hint_slot_runs``: pass it to verify_attn as its
+    ``kv_slot_runs`` hint (``Case.kv_slot_runs``), as the SGLang plugin does.
     """
     device = torch.device(device)
     if page_size < 1:
@@ -220,6 +223,7 @@ def build_case(shape, device, *, page_size: int = 1, seed: int = 0, slot_runs: i
         token_slots=token_slots, draft_slots=draft_slots,
         prefix_indptr=_indptr(prefix_lens, device), prefix_slots=prefix_slots,
         prefix_lens_t=torch.tensor(prefix_lens, dtype=torch.int32, device=device),
+        kv_slot_runs=slot_runs if hint_slot_runs else 1,
     )
 
 

@@ -83,6 +83,8 @@ class OursPaged(Impl):
         out = torch.empty((case.total_q, s.heads, s.d_vo), dtype=case.dtype, device=case.device)
         kw = dict(page_size=case.page_size, tree_mask=case.tree_mask, sm_scale=case.sm_scale,
                   head_dim_vo=s.d_vo, max_q_len=case.max_q_len, max_kv_len=case.max_kv_len, out=out)
+        if case.kv_slot_runs > 1:  # (older wheels have no such argument)
+            kw["kv_slot_runs"] = case.kv_slot_runs
         q, kc, vc = inputs.q, inputs.k_cache, inputs.v_cache
         args = (case.qo_indptr, case.kv_indptr_pages, case.kv_indices, case.kv_len)
 
@@ -97,8 +99,9 @@ class OursPaged(Impl):
         import verify_attn as va
 
         s = case.shape
+        hint = {"kv_slot_runs": case.kv_slot_runs} if case.kv_slot_runs > 1 else {}
         return self._forced(lambda: va.plan_info(
             inputs.q, inputs.k_cache, inputs.v_cache, case.qo_indptr, case.kv_indptr_pages,
             case.kv_indices, case.kv_len, page_size=case.page_size, tree_mask=case.tree_mask,
             sm_scale=case.sm_scale, head_dim_vo=s.d_vo, max_q_len=case.max_q_len,
-            max_kv_len=case.max_kv_len))
+            max_kv_len=case.max_kv_len, **hint))

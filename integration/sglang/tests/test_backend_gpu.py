@@ -232,7 +232,8 @@ def _run(k, arch, backend_name, page_size, topk, n, trees, mask_layout, prefix_l
     return actual.float(), expected.float(), fx.backend
 
 
-VS_CONFIGS = list(itertools.product(("mla", "gqa"), (1, 4), PAGE_SIZES))
+# page_size 64: the kv_slot_runs hint (the sm_90 TMA kernel for MLA, its tiles of one page boxed).
+VS_CONFIGS = list(itertools.product(("mla", "gqa"), (1, 4), PAGE_SIZES + (64,)))
 
 
 @pytest.mark.parametrize("arch,topk,page_size", VS_CONFIGS)
@@ -248,6 +249,7 @@ def test_vs_triton(arch, topk, page_size):
     from verify_attn_sglang.backend import VerifyAttnBackend
 
     assert isinstance(vb, VerifyAttnBackend) and vb.va_enabled, getattr(vb, "va_reason", None)
+    assert vb._va_slot_runs == (64 if page_size == 64 else 1), vb._va_slot_runs
     assert type(tb).__name__ == "TritonAttnBackend"
     assert torch.equal(ref, ref2)  # same weights and inputs in both fixtures
     e_ours_tri = (ours - tri).abs().max().item()

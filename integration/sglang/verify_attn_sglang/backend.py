@@ -13,7 +13,10 @@ Target verify (``ForwardMode.TARGET_VERIFY``, EAGLE/EAGLE3/NGRAM/DFlash/...):
   SGLang's own ``kv_index_translator.pack_read_stream``, as the Triton backend
   does) followed by the draft slots ``out_cache_loc[r*N:(r+1)*N]`` (SGLang
   writes the drafts' K/V there before attention; we read them back from the
-  cache), token slots (``page_size=1`` view: right for any ``--page-size``);
+  cache), token slots (``page_size=1`` view: right for any ``--page-size``;
+  with a ``--page-size`` that is a multiple of 64 the kernel gets it as the
+  ``kv_slot_runs`` hint, so that on sm_90 its TMA kernel copies each 64-slot
+  run of a page by bulk tensor copies and gathers only the rest);
   the compact tree mask ``int32 [bs*N, ceil(N/32)]`` converted on the GPU from
   the QLEN_ONLY mask (or from a FULL mask some producer still allocated), or
   no mask at all for chains (top-k 1 / no custom mask: ``causal=True``).
@@ -151,6 +154,10 @@ class VerifyAttnBackend(TritonAttnBackend):
         self.va_metadata: Optional[VerifyMetadata] = None
         self._va_graph = None
         self._va_max_bs = model_runner.req_to_token_pool.size
+        ps = int(getattr(self, "page_size", 1) or 1)  # TritonAttnBackend's, from the server's --page-size
+        # Token slots in runs of ps from each request's first row (SGLang's pages):
+        # a kernel-choice hint for verify_attn (tree_attention_paged's kv_slot_runs).
+        self._va_slot_runs = ps if ps > 1 and ps % 64 == 0 else 1
         if not self.va_enabled:
             if self.va_reason != "no target verify":
                 logger.warning("verify_attn backend: target verify runs SGLang's Triton kernels (%s)", self.va_reason)
@@ -432,5 +439,6 @@ class VerifyAttnBackend(TritonAttnBackend):
             max_q_len=m.n,
             max_kv_len=m.max_kv_len,
             out=o.view(-1, H, d_vo),
+            kv_slot_runs=self._va_slot_runs,
         )
         return o
