@@ -106,12 +106,16 @@ va_status validate_config(const va_params* p) {
     if (p->num_pages < 1)
       return va_fail(VA_ERR_INVALID_VALUE, "num_pages: must be >= 1 (got %lld)",
                      static_cast<long long>(p->num_pages));
-    if (p->kv_slot_runs < 0)
-      return va_fail(VA_ERR_INVALID_VALUE, "kv_slot_runs: must be >= 0 (got %d)", p->kv_slot_runs);
   } else if (p->num_kv_rows < 0) {
     return va_fail(VA_ERR_INVALID_VALUE, "num_kv_rows: must be >= 0 (got %lld)",
                    static_cast<long long>(p->num_kv_rows));
   }
+  if (p->kv_slot_runs < 0)
+    return va_fail(VA_ERR_INVALID_VALUE, "kv_slot_runs: must be >= 0 (got %d)", p->kv_slot_runs);
+  if (p->kv_slot_runs > 1 && (p->kv_layout != VA_KV_PAGED || p->page_size != 1))
+    return va_fail(VA_ERR_INVALID_VALUE,
+                   "kv_slot_runs: a hint for paged caches with page_size 1 only (got %d with %s)",
+                   p->kv_slot_runs, p->kv_layout == VA_KV_PAGED ? "page_size > 1" : "a flat cache");
   if (p->mask_mode == VA_MASK_TREE && p->total_q > 0) {
     const int need = (p->max_q_len + 31) / 32;
     if (p->mask_words < need)

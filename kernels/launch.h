@@ -64,10 +64,9 @@ struct KernelParams {
   // sm_90a TMA configurations (kSeesawTma): the CUtensorMap of the K cache
   // (kernels/sm90/tma_host.h), read by the kernel through its
   // __grid_constant__ parameter: the paged map (page_size % 64 == 0), or the
-  // map of the cache's rows when k_rows_tma = 1 (flat caches; page_size 1,
-  // kRowsGather). Unused (uninitialised) otherwise.
+  // map of the cache's rows (flat caches; page_size 1 with kRowsGather).
+  // Unused (uninitialised) otherwise.
   alignas(64) unsigned char k_tmap[128];
-  int32_t k_rows_tma;
   // Both sm_90a MLA kernels' Q tile by TMA (kernels/sm90/tma_host.h,
   // encode_q_tmap): q_tma = 1 when q_tmap holds the map of q, else 0 (the
   // consumers then copy Q with cp.async; every other kernel ignores both).

@@ -106,7 +106,7 @@ struct TileShapeR32 {
 // row sum [2][2][64] fp32, and 1 KB to align the dynamic base to the
 // 1024-byte swizzle atom.
 // SEESAW_TMA: kernels/sm90/mla_seesaw_kernel.cuh instead (K tiles by bulk
-// tensor copies, paged caches with page_size % 64 == 0; the consumers take
+// tensor copies, paged caches with page_size % 64 == 0 and flat caches; the consumers take
 // turns on the tensor cores); its row max, two rescale factors and row sums
 // take [5][64] fp32. ROWS_GATHER (with SEESAW_TMA): page_size 1 caches through
 // the rows map, tiles of consecutive slots boxed and the others gathered by

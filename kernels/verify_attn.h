@@ -38,7 +38,10 @@
  *     Every page named by kv_indices must be whole (page_size slots): with
  *     page_size a multiple of 64 the sm_90 kernel copies 64-slot blocks of a
  *     page, including the slots past kv_len_i in a request's last page (their
- *     values are zeroed in shared memory, never used).
+ *     values are zeroed in shared memory, never used). Likewise it reads up to
+ *     63 rows past a request's last row in a flat cache, and in a page_size 1
+ *     cache planned with kv_slot_runs (the rows that follow it in the cache,
+ *     never past the cache's end).
  *   All strides are in ELEMENTS; the last dimension of q, k, v, out must be
  *   contiguous (stride 1) and 16-byte aligned.
  *
@@ -123,12 +126,16 @@ typedef struct va_params {
   int32_t page_size;         /* paged: >= 1 */
   int64_t num_pages;         /* paged: pages in the cache (bound for indices) */
   int64_t num_kv_rows;       /* flat: rows of k/v (bound for kv_indptr) */
-  int32_t kv_slot_runs;      /* paged, page_size 1: a hint, 0 or 1 = none; N > 1:
+  int32_t kv_slot_runs;      /* paged, page_size 1: a hint, 0 or 1 = none; N > 1
+                                (refused for flat caches and page_size > 1):
                                 each request's slots mostly come in runs of N
                                 consecutive slots from its first KV row (SGLang's
                                 token slots of a --page-size N pool). With N a
-                                multiple of 64 the sm_90 MLA plan takes the TMA
-                                kernel, which copies each 64-row tile of
+                                multiple of 64, max_kv_len >= 8192, MLA, and a
+                                cache the TMA map can describe (16-byte aligned,
+                                page stride == token stride >= 576 elements, a
+                                multiple of 16 bytes) the sm_90 plan takes the
+                                TMA kernel, which copies each 64-row tile of
                                 consecutive slots as bulk tensor copies and
                                 gathers the others: any slot layout stays
                                 correct, only the speed depends on it */
@@ -199,7 +206,7 @@ const char* va_compiled_archs(void);
 /* ABI version of the library (compare with VA_ABI_VERSION). */
 int32_t va_abi_version(void);
 /* Comma-separated tags of every kernel configuration, in the plan's order,
- * e.g. "mla_m64n32_s2,...,mla_wgmma_seesaw_tma": the names the benchmark's
+ * e.g. "mla_m64n32_s2,...,mla_wgmma_seesaw_tma,mla_wgmma_seesaw_tma_rows": the names the benchmark's
  * VERIFY_ATTN_FORCE_CONFIG knob takes (any other is VA_ERR_INVALID_VALUE). */
 const char* va_config_tags(void);
 

@@ -193,6 +193,7 @@ void structured_params(FuzzedDataProvider& f, va_params* p) {
   p->page_size = pick_i32(f, 1, 256);
   p->num_pages = pick_i64(f, 1, 1 << 24);
   p->num_kv_rows = pick_i64(f, 0, 1 << 24);
+  p->kv_slot_runs = f.ConsumeBool() ? 0 : pick_i32(f, -1, 256);
   p->tree_mask = fake_ptr<const uint32_t>(pick_ptr_raw(f));
   p->mask_words = pick_i32(f, 0, 40);
   p->num_splits = pick_i32(f, 0, 8);

@@ -3,9 +3,11 @@
 // softmax at the same time, and each K stage is refilled in two parts, each by
 // the bulk tensor copy engine as soon as its last reader is done.
 // Paged caches with page_size a multiple of 64 (a 64-row tile lies in one
-// page); the plan picks this kernel there (kernels/plan.cc), and
-// kernels/sm90/mla_wgmma_kernel.cuh (cp.async gathers, any page size)
-// elsewhere.
+// page) and flat caches (the map of the cache's rows); with kRowsGather,
+// page_size 1 caches planned with the kv_slot_runs hint (the rows map, tiles
+// of non-consecutive slots gathered by the producer). The plan picks this
+// kernel there (kernels/plan.cc), and kernels/sm90/mla_wgmma_kernel.cuh
+// (cp.async gathers, any page size) elsewhere.
 //
 // One CTA = 64 folded query rows (token, head) of one request x the KV tiles
 // of its split, 64 KV rows per tile, tiles in pairs (A = tile 2p in stage 0,
@@ -19,8 +21,9 @@
 //       waits until the consumer that reads the group last has released it
 //       (one mbarrier arrival, k_empty), and issues the group's copies; lane
 //       0 of warps 0 and 2 then checks its stage's tile (it lies in one
-//       page), which flags a bad KV index exactly as the other kernels do
-//       (the CTA's rows then become NaN).
+//       page; a flat tile's first and last rows; kRowsGather: every row, by
+//       every warp), which flags a bad KV index exactly as the other kernels
+//       do (the CTA's rows then become NaN).
 //   WG 1 = consumer 0: scores S_A = Q K_A^T, output columns 0..255 (O_L).
 //   WG 2 = consumer 1: scores S_B = Q K_B^T, output columns 256..511 (O_R).
 //

@@ -95,12 +95,10 @@ inline va_status encode_k_tmap(KernelParams* kp, int dtype) {
 // boxes of 64 columns x 64 rows, 128-byte swizzle, zeros past the last row),
 // so that a tile of 64 consecutive cache rows (a flat request's; SGLang's
 // token slots of a `--page-size 64` pool) is 9 boxes. Rows: num_kv_rows for a
-// flat cache, num_pages for page_size 1, num_pages * page_size when pages are
-// page_size token strides apart. Returns false when it does not apply (the
-// caller then runs the cp.async kernel) and sets kp->k_rows_tma (1 = map
-// encoded). VERIFY_ATTN_K_ROWS_TMA=0 refuses it (an A/B and test knob).
+// flat cache, num_pages for page_size 1 (whose page and token strides must
+// agree). Returns false when it does not apply (the caller then runs the
+// cp.async kernel). VERIFY_ATTN_K_ROWS_TMA=0 refuses it (an A/B and test knob).
 inline bool encode_k_rows_tmap(KernelParams* kp, int dtype, bool paged) {
-  kp->k_rows_tma = 0;
   const char* env = std::getenv("VERIFY_ATTN_K_ROWS_TMA");
   if (env != nullptr && env[0] == '0') return false;
   if (kp->num_kv_heads != 1 || kp->k_stride_token < 576 ||
@@ -109,14 +107,14 @@ inline bool encode_k_rows_tmap(KernelParams* kp, int dtype, bool paged) {
   int64_t rows;
   if (!paged) {
     rows = kp->num_kv_rows;
-  } else if (kp->page_size == 1) {
-    rows = kp->num_pages;
-  } else if (kp->page_size > 1 && kp->k_stride_page == kp->page_size * kp->k_stride_token) {
-    rows = kp->num_pages * kp->page_size;
+  } else if (kp->page_size == 1 && kp->k_stride_page == kp->k_stride_token) {
+    rows = kp->num_pages;  // a slot's offset is page * k_stride_page
   } else {
     return false;
   }
   if (rows <= 0 || rows > (int64_t{1} << 31) - 1) return false;
+  if (kp->k_stride_token >= (int64_t{1} << 39) || rows > ((int64_t{1} << 39) / kp->k_stride_token))
+    return false;  // the whole map below 2^40 bytes (the driver's limit on strides)
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return false;
   const cuuint64_t dims[3] = {576, static_cast<cuuint64_t>(rows), 1};
@@ -127,7 +125,6 @@ inline bool encode_k_rows_tmap(KernelParams* kp, int dtype, bool paged) {
   CUtensorMap map;
   if (encode_map_3d(encode, &map, kp->k, dtype, dims, strides, box) != CUDA_SUCCESS) return false;
   std::memcpy(kp->k_tmap, &map, sizeof(map));
-  kp->k_rows_tma = 1;
   return true;
 }
 

@@ -91,6 +91,8 @@ int main(void) {
   CASE("dtype", p.dtype = 7, VA_ERR_INVALID_DTYPE, "dtype");
   CASE("kv_layout", p.kv_layout = 3, VA_ERR_INVALID_VALUE, "kv_layout");
   CASE("kv_slot_runs", p.kv_slot_runs = -64, VA_ERR_INVALID_VALUE, "kv_slot_runs");
+  CASE("kv_slot_runs flat", (p.kv_layout = VA_KV_FLAT, p.num_kv_rows = 64, p.kv_slot_runs = 64),
+       VA_ERR_INVALID_VALUE, "kv_slot_runs");
   CASE("mask_mode", p.mask_mode = -1, VA_ERR_INVALID_VALUE, "mask_mode");
   CASE("batch_size", p.batch_size = -1, VA_ERR_INVALID_VALUE, "batch_size");
   CASE("total_q", p.total_q = -5, VA_ERR_INVALID_VALUE, "total_q");

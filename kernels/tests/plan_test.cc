@@ -159,7 +159,12 @@ int main() {
       CHECK(name(q, sm90) == gather, "page_size 1, kv_slot_runs 32: %s", plan.name);
       q.kv_slot_runs = 64;
       q.k_stride_token = 580;  // 1160 bytes: no rows map
+      q.k_stride_page = 580;
       CHECK(name(q, sm90) == gather, "kv_slot_runs 64, token stride 1160 bytes: %s", plan.name);
+      q.k_stride_token = q.k_stride_page = 640;  // a padded cache
+      CHECK(name(q, sm90) == tma_rows, "kv_slot_runs 64, padded cache: %s", plan.name);
+      q.k_stride_page = 1280;  // a slot at page * 1280 elements: not the map's row stride
+      CHECK(name(q, sm90) == gather, "kv_slot_runs 64, page stride != token stride: %s", plan.name);
       q = p;
       q.page_size = 16;
       q.kv_slot_runs = 64;  // page_size 16: the hint is for page_size 1

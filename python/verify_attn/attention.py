@@ -903,7 +903,9 @@ def tree_attention_paged(
 
     Raises:
       As :func:`tree_attention_flat`; names are ``k_cache``/``v_cache``/
-      ``kv_indices``/``kv_len``/``page_size`` for the paged arguments.
+      ``kv_indices``/``kv_len``/``page_size`` for the paged arguments;
+      ``kv_slot_runs``: TypeError for a non-integer, ValueError outside
+      [1, 2^31-1] or above 1 with a page_size other than 1.
     """
     return _run(True, q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, kv_len, page_size,
                 tree_mask, causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, return_lse,
@@ -941,7 +943,10 @@ def plan_info(
     the caches and both are required: the missing one raises ValueError naming
     it), flat when both are None -- the same rule as
     :class:`verify_attn.TreeAttentionPlan`. Arguments and validation as in
-    :func:`tree_attention_flat` / :func:`tree_attention_paged`.
+    :func:`tree_attention_flat` / :func:`tree_attention_paged`; ``kv_slot_runs``
+    (int >= 1, default 1) is :func:`tree_attention_paged`'s hint (paged caches
+    of page_size 1 only; a multiple of 64 can change the configuration, see
+    ``name`` below).
 
     Returns:
       dict with the extension's ``query_config`` fields (``name``, ``tile_m``,
@@ -952,7 +957,7 @@ def plan_info(
       for MLA on sm_90: kernels/sm90/mla_seesaw_kernel.cuh, config
       ``mla_wgmma_seesaw_tma``, for flat caches and paged caches with page_size a
       multiple of 64, ``mla_wgmma_seesaw_tma_rows`` for page_size 1 with the
-      ``kv_slot_runs`` hint and 8k or more KV rows,
+      ``kv_slot_runs`` hint (a multiple of 64) and ``max_kv_len >= 8192``,
       kernels/sm90/mla_wgmma_kernel.cuh, ``mla_wgmma_m64n64_pipe_rows``, otherwise)
       or ``mma_sync`` (the portable kernel, every other case), e.g.
       ``wgmma_bf16_mla_wgmma_seesaw_tma`` or ``mma_sync_fp16_gqa_d128_m64n64_s2``.
