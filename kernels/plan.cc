@@ -82,9 +82,7 @@ bool tma_k_cache_ok(const va_params& p) {
   const int64_t lim = int64_t{1} << 39;  // elements: 2 bytes each, below 2^40 bytes
   auto stride_ok = [&](int64_t e) { return e > 0 && e < lim && (e * 2) % 16 == 0; };
   if (p.kv_layout == VA_KV_FLAT)  // the rows map: one 64-row box per tile, any first row
-    return p.num_kv_rows >= 1 && p.num_kv_rows <= 0x7fffffff &&
-           reinterpret_cast<uintptr_t>(p.k) % 16 == 0 && stride_ok(p.k_stride_token) &&
-           p.k_stride_token >= 576 && p.num_kv_rows < lim / p.k_stride_token;
+    return rows_map_ok(p.k, p.k_stride_token, p.num_kv_rows);
   if (p.kv_layout != VA_KV_PAGED) return false;
   if (p.page_size <= 0 || p.page_size % 64 != 0 || p.num_pages < 1 || p.num_pages > 0x7fffffff)
     return false;
@@ -95,19 +93,14 @@ bool tma_k_cache_ok(const va_params& p) {
 
 // The rows-map configuration (kCfgMlaWgmmaSeesawRows): a paged MLA cache of
 // page_size 1 whose slots the caller says come in runs of a multiple of 64
-// (va_params.kv_slot_runs), under the rows map's rules (16-byte aligned base,
-// page stride = token stride >= 576 elements and a multiple of 16 bytes, the
-// pool below 2^40 bytes and 2^31 rows).
+// (va_params.kv_slot_runs), under the rows map's rules (rows_map_ok,
+// kernels/plan.h) with page stride = token stride.
 bool rows_hint_ok(const va_params& p) {
   if (p.kv_layout != VA_KV_PAGED || p.v_is_k_prefix != 1 || p.num_kv_heads != 1) return false;
   if (p.page_size != 1 || p.kv_slot_runs <= 0 || p.kv_slot_runs % 64 != 0) return false;
-  const int64_t lim = int64_t{1} << 39;
   // The map's row stride is the token stride; a page_size 1 slot sits at
   // page * k_stride_page, so the two must agree (a 3-D [slots, 1, 576] cache).
-  const int64_t st = p.k_stride_token;
-  return p.k_stride_page == st && p.num_pages >= 1 && p.num_pages <= 0x7fffffff &&
-         reinterpret_cast<uintptr_t>(p.k) % 16 == 0 && st >= 576 && st < lim && (st * 2) % 16 == 0 &&
-         p.num_pages < lim / st;
+  return p.k_stride_page == p.k_stride_token && rows_map_ok(p.k, p.k_stride_token, p.num_pages);
 }
 
 // The hinted rows-map kernel only for KV this long (max_kv_len): below it the

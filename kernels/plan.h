@@ -148,6 +148,18 @@ struct TileShapeWgmmaMla {
   static constexpr int kSmemBytes = kQBytes + kKBytes + kRedBytes + kRowBytes + 1024;  // 223,232 (+2,048)
 };
 
+// The rules of the TMA kernel's map of a K cache's rows (kernels/sm90/tma_host.h,
+// encode_k_rows_tmap; flat caches, and page_size 1 caches with the kv_slot_runs
+// hint): `rows` rows `stride` elements apart from a 16-byte aligned `k`, the
+// stride >= 576 elements and a multiple of 16 bytes, the rows addressable by
+// the map's int32 coordinates and the whole map below 2^40 bytes. The plan
+// (kernels/plan.cc) and the encoder both ask this.
+inline bool rows_map_ok(const void* k, int64_t stride, int64_t rows) {
+  const int64_t lim = int64_t{1} << 39;  // elements: 2 bytes each, below 2^40 bytes
+  return reinterpret_cast<uintptr_t>(k) % 16 == 0 && stride >= 576 && stride < lim &&
+         (stride * 2) % 16 == 0 && rows >= 1 && rows <= 0x7fffffff && rows < lim / stride;
+}
+
 enum ConfigId : int {
   kCfgMlaM64N32S2 = 0,  // sm_90: 16 warps (4 x 4), 2-stage cp.async pipeline
   kCfgMlaM32N32S2,      // sm_90, few rows per request

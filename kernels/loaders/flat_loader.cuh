@@ -53,6 +53,15 @@ struct FlatLoader {
     return true;
   }
 
+  // The TMA kernel's check of the 64-row tile starting at row j0 (< kv_len):
+  // 64 consecutive cache rows, so its first row and its last row below kv_len
+  // (a request's rows past the cache; row() flags them).
+  __device__ __forceinline__ bool tile_ok(int j0, int kv_len) const {
+    int64_t k_off, v_off;
+    const int j1 = min(j0 + 64, kv_len) - 1;
+    return row(j0, &k_off, &v_off) && (j1 <= j0 || row(j1, &k_off, &v_off));
+  }
+
   // The TMA kernel's box coordinate of row j (kernels/sm90/mla_tma_producer.cuh),
   // in the rows map of kernels/sm90/tma_host.h (encode_k_rows_tmap): page 0,
   // slot = the cache row; a row outside the cache gets a coordinate wholly

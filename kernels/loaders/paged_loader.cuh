@@ -67,6 +67,14 @@ struct PagedLoader {
     return true;
   }
 
+  // The TMA kernel's check of the 64-row tile starting at row j0 (< kv_len):
+  // with page_size a multiple of 64 the tile lies in one page, so its first
+  // row's checks (row(): flagged when bad) are every row's.
+  __device__ __forceinline__ bool tile_ok(int j0, int /*kv_len*/) const {
+    int64_t k_off, v_off;
+    return row(j0, &k_off, &v_off);
+  }
+
   // TMA coordinates of row j: its page id (or -1 when the slot is outside the
   // request's pages: an out-of-range page is zero-filled by the copy engine and
   // flagged by row()) and its slot in the page.

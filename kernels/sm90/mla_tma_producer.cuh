@@ -205,17 +205,8 @@ __device__ __forceinline__ void issue_k_tiles(const KernelParams& p, const Reque
       // page: its first row's checks are every row's, and that row is below
       // kv_len (a split's tiles end at ceil(kv_end / N), kv_end <= kv_len:
       // kernels/core/request.cuh). After this pair's copies.
-      if ((g & 1) == 0) {
-        int64_t k_off, v_off;
-        const int j0 = (rt.tile_begin + i) * N;
-        if (!loader.row(j0, &k_off, &v_off)) *s_bad_kv = 1;
-        // A flat tile is 64 consecutive cache rows from its first: its last
-        // row below kv_len is checked too (a request's rows past the cache).
-        if constexpr (!Loader::kPaged) {
-          const int j1 = min(j0 + N, rt.kv_len) - 1;
-          if (j1 > j0 && !loader.row(j1, &k_off, &v_off)) *s_bad_kv = 1;
-        }
-      }
+      // (A flat tile: its first and last rows, kernels/loaders: tile_ok.)
+      if ((g & 1) == 0 && !loader.tile_ok((rt.tile_begin + i) * N, rt.kv_len)) *s_bad_kv = 1;
     }
     __syncwarp();
   }

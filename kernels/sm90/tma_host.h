@@ -101,9 +101,7 @@ inline va_status encode_k_tmap(KernelParams* kp, int dtype) {
 inline bool encode_k_rows_tmap(KernelParams* kp, int dtype, bool paged) {
   const char* env = std::getenv("VERIFY_ATTN_K_ROWS_TMA");
   if (env != nullptr && env[0] == '0') return false;
-  if (kp->num_kv_heads != 1 || kp->k_stride_token < 576 ||
-      reinterpret_cast<uintptr_t>(kp->k) % 16 != 0 || (kp->k_stride_token * 2) % 16 != 0)
-    return false;
+  if (kp->num_kv_heads != 1) return false;
   int64_t rows;
   if (!paged) {
     rows = kp->num_kv_rows;
@@ -112,9 +110,7 @@ inline bool encode_k_rows_tmap(KernelParams* kp, int dtype, bool paged) {
   } else {
     return false;
   }
-  if (rows <= 0 || rows > (int64_t{1} << 31) - 1) return false;
-  if (kp->k_stride_token >= (int64_t{1} << 39) || rows > ((int64_t{1} << 39) / kp->k_stride_token))
-    return false;  // the whole map below 2^40 bytes (the driver's limit on strides)
+  if (!rows_map_ok(kp->k, kp->k_stride_token, rows)) return false;  // kernels/plan.h
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return false;
   const cuuint64_t dims[3] = {576, static_cast<cuuint64_t>(rows), 1};
