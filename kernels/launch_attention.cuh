@@ -125,8 +125,11 @@ va_status launch_one(const KernelParams& kp, const Plan& plan, int dtype, void* 
     // map can describe (kernels/plan.cc, tma_k_cache_ok); should the driver
     // still refuse it, the cp.async kernel runs.
     KernelParams kp_tma = kp;
-    if (!encode_k_rows_tmap(&kp_tma, dtype, /*paged=*/false))
+    if (!encode_k_rows_tmap(&kp_tma, dtype, /*paged=*/false)) {
+      const va_status req = k_tmap_fallback_status(kp, "rows");
+      if (req != VA_OK) return req;
       return launch_config<kCfgMlaWgmmaM64N64PR, Loader>(kp, plan, dtype, stream);
+    }
     const va_status st = encode_q_o_tmaps_checked(&kp_tma, dtype);
     if (st != VA_OK) return st;
     return launch_kernel<Shape, DT, Loader>(kp_tma, plan, dtype, stream);
@@ -140,7 +143,12 @@ va_status launch_one(const KernelParams& kp, const Plan& plan, int dtype, void* 
     // each tile boxed when its slots are consecutive, else gathered.
     const bool ok = Shape::kRowsGather ? encode_k_rows_tmap(&kp_tma, dtype, /*paged=*/true)
                                        : encode_k_tmap(&kp_tma, dtype) == VA_OK;
-    if (!ok) return launch_config<kCfgMlaWgmmaM64N64PR, Loader>(kp, plan, dtype, stream);
+    if (!ok) {
+      // (VERIFY_ATTN_REQUIRE_K_TMA=1: an error instead, kernels/sm90/tma_host.h)
+      const va_status req = k_tmap_fallback_status(kp, Shape::kRowsGather ? "rows" : "page");
+      if (req != VA_OK) return req;
+      return launch_config<kCfgMlaWgmmaM64N64PR, Loader>(kp, plan, dtype, stream);
+    }
     // Q and the unsplit output by TMA too where their maps allow it.
     const va_status st = encode_q_o_tmaps_checked(&kp_tma, dtype);
     if (st != VA_OK) return st;

@@ -6,9 +6,13 @@ median time (CUDA-graph replay when timed, else eager) for A and B, B/A - 1,
 and each wheel's FlashMLA-chain ratio (FlashMLA's time in the same process /
 ours; > 1: ours faster). A row whose check was wrong in any run is flagged.
 
-  python3 tools/ab_compare.py FOLDER
+  python3 tools/ab_compare.py FOLDER [--impl=ours_flat]
+
+--impl: which of our columns to compare (ours_paged by default; ours_flat: the
+flat layout's kernel, which every bench run times too).
 """
 
+import argparse
 import glob
 import json
 import os
@@ -28,7 +32,7 @@ def _us(impl):
     return None
 
 
-def load(folder, tag):
+def load(folder, tag, impl="ours_paged"):
     """{shape: {"ours": [us...], "fmla": [us...], "wrong": bool}} over the runs of one wheel."""
     out = {}
     files = sorted(glob.glob(os.path.join(folder, f"ab_{tag}_*.json")))
@@ -38,7 +42,7 @@ def load(folder, tag):
         for row in rows:
             d = out.setdefault(row["shape"], {"ours": [], "fmla": [], "wrong": False})
             impls = row.get("impls", {})
-            ours = impls.get("ours_paged")
+            ours = impls.get(impl)
             if _us(ours) is not None:
                 d["ours"].append(_us(ours))
             if _us(impls.get("flashmla")) is not None:
@@ -47,9 +51,9 @@ def load(folder, tag):
     return out, len(files)
 
 
-def main(folder):
-    a, na = load(folder, "A")
-    b, nb = load(folder, "B")
+def main(folder, impl="ours_paged"):
+    a, na = load(folder, "A", impl)
+    b, nb = load(folder, "B", impl)
     if not na or not nb:
         print(f"ab_compare: no ab_A_*.json / ab_B_*.json in {folder}", file=sys.stderr)
         return 2
@@ -65,11 +69,16 @@ def main(folder):
                      f"{fa / ta:.3f}" if fa else "--", f"{fb / tb:.3f}" if fb else "--",
                      " ".join(f"{x:.1f}" for x in a[shape]["ours"]), " ".join(f"{x:.1f}" for x in b[shape]["ours"]),
                      flag])
-    print(f"A/B over {na} + {nb} runs (medians of per-run medians, us; FMLA ratio = FlashMLA chain / ours)")
+    print(f"A/B of {impl} over {na} + {nb} runs (medians of per-run medians, us; "
+          "FMLA ratio = FlashMLA chain / ours)")
     print(tabulate(body, headers=["shape", "A us", "B us", "B/A-1", "A xFMLA", "B xFMLA", "A runs", "B runs", ""],
                    disable_numparse=True))
     return 1 if any(r[-1] for r in body) else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("OUT", "/tmp/va_ab")))
+    ap = argparse.ArgumentParser(description="Summarise an alternating A/B (tools/ab_bench.sh).")
+    ap.add_argument("folder", nargs="?", default=os.environ.get("OUT", "/tmp/va_ab"))
+    ap.add_argument("--impl", default="ours_paged", help="our column to compare: ours_paged or ours_flat")
+    args = ap.parse_args()
+    sys.exit(main(args.folder, args.impl))

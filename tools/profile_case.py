@@ -8,6 +8,11 @@ causal chain of the same shape, page block 64, ``use_legacy=True``), imported
 from --flashmla_site (where the staged sgl-flash-mla wheel was installed with
 ``pip install --no-deps --target``); its kernel is ``flash_fwd_splitkv_mla_kernel``
 (tools/ncu_case.sh's kernel filter takes it too).
+
+--layout: ``paged`` (pages of --page_size at random ids), ``runs`` (page_size 1, each
+request's slots in runs of --slot_runs from random pool pages, as SGLang's token
+slots of a ``--page-size`` pool; passed as the kv_slot_runs hint unless
+--nohint), ``flat`` (tree_attention_flat on contiguous rows).
 """
 
 import argparse
@@ -29,6 +34,9 @@ def main():
     ap.add_argument("--q_len", type=int, default=64)
     ap.add_argument("--prefix", type=int, default=32768)
     ap.add_argument("--page_size", type=int, default=1)
+    ap.add_argument("--layout", default="paged", choices=["paged", "runs", "flat"])
+    ap.add_argument("--slot_runs", type=int, default=64)
+    ap.add_argument("--nohint", action="store_true", help="--layout=runs without the kv_slot_runs hint")
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--num_splits", type=int, default=0)
     ap.add_argument("--impl", default="verify_attn", choices=["verify_attn", "flashmla"])
@@ -47,6 +55,17 @@ def main():
     kv_indptr = torch.arange(0, a.batch + 1, dtype=torch.int32, device=dev) * pages
     kv_indices = torch.randperm(num_pages, device=dev)[: a.batch * pages].to(torch.int32)
     kv_len = torch.full((a.batch,), kv, dtype=torch.int32, device=dev)
+    hint = {}
+    if a.layout == "runs":  # page_size 1: slots in runs of R from random pool pages of R slots
+        R = a.slot_runs
+        runs = (kv + R - 1) // R
+        pool = a.batch * runs + 16
+        perm = torch.randperm(pool, device=dev)[: a.batch * runs]
+        slots = (perm[:, None] * R + torch.arange(R, device=dev)).view(a.batch, runs * R)[:, :kv]
+        a.page_size, num_pages = 1, pool * R
+        kv_indptr = torch.arange(0, a.batch + 1, dtype=torch.int32, device=dev) * kv
+        kv_indices = slots.flatten().to(torch.int32)
+        hint = {} if a.nohint else {"kv_slot_runs": R}
     k = torch.randn(num_pages, a.page_size, hkv, dqk, device=dev, dtype=dt)
     v = None if mla else torch.randn(num_pages, a.page_size, hkv, dvo, device=dev, dtype=dt)
     q = torch.randn(a.batch * a.q_len, a.heads, dqk, device=dev, dtype=dt)
@@ -54,18 +73,28 @@ def main():
     for _ in range(a.batch):
         parents += masks.random_parents("ddtree", a.q_len)
     tree = masks.from_parents(torch.tensor(parents, dtype=torch.int32, device=dev), qo)
-    info = verify_attn.plan_info(q, k, v, qo, kv_indptr, kv_indices, kv_len, tree_mask=tree,
-                                 max_q_len=a.q_len, max_kv_len=kv, num_splits=a.num_splits)
+    kw = dict(tree_mask=tree, max_q_len=a.q_len, max_kv_len=kv, num_splits=a.num_splits)
+    if a.layout == "flat":
+        k = torch.randn(a.batch * kv, hkv, dqk, device=dev, dtype=dt)
+        v = None if mla else torch.randn(a.batch * kv, hkv, dvo, device=dev, dtype=dt)
+        kv_flat = torch.arange(0, a.batch + 1, dtype=torch.int32, device=dev) * kv
+        info = verify_attn.plan_info(q, k, v, qo, kv_flat, **kw)
+
+        def call():
+            verify_attn.tree_attention_flat(q, k, v, qo, kv_flat, **kw)
+    else:
+        info = verify_attn.plan_info(q, k, v, qo, kv_indptr, kv_indices, kv_len, **kw, **hint)
+
+        def call():
+            verify_attn.tree_attention_paged(q, k, v, qo, kv_indptr, kv_indices, kv_len, **kw, **hint)
     print(info)
     for _ in range(a.iters):
-        verify_attn.tree_attention_paged(q, k, v, qo, kv_indptr, kv_indices, kv_len, tree_mask=tree,
-                                         max_q_len=a.q_len, max_kv_len=kv, num_splits=a.num_splits)
+        call()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(10):
-        verify_attn.tree_attention_paged(q, k, v, qo, kv_indptr, kv_indices, kv_len, tree_mask=tree,
-                                         max_q_len=a.q_len, max_kv_len=kv, num_splits=a.num_splits)
+        call()
     end.record()
     torch.cuda.synchronize()
     us = start.elapsed_time(end) / 10 * 1e3

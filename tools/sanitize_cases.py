@@ -63,12 +63,18 @@ def make_case(rng, *, mla, paged, dtype, batch, q_len, prefix, heads, hkv, d, pa
     return fn, ref, args, dict(tree_mask=tree, causal=causal, **kw)
 
 
-def bad_index_case(rng, *, mla, splits, page_size=None):
-    """Poisoned page ids must not be read; check_errors names one; request 0 stays exact."""
+def bad_index_case(rng, *, mla, splits, page_size=None, kv_slot_runs=1):
+    """Poisoned page ids must not be read; check_errors names one; request 0 stays exact.
+
+    kv_slot_runs=64 (page_size 1, MLA): slots in runs of 64 and KV past 8k rows, so the
+    plan takes the rows-map TMA kernel (mla_wgmma_seesaw_tma_rows); one poisoned id is
+    the first row of a tile (the row a box would start from)."""
     dev = "cuda"
     if page_size is None:
         page_size = 1 if mla else 16
     q_lens, prefix = [6, 5, 4, 7], [90, 60, 130, 40]
+    if kv_slot_runs > 1:
+        prefix = [8300, 8250, 8400, 100]
     kv_lens = [p + q for p, q in zip(prefix, q_lens)]
     pages = [(n + page_size - 1) // page_size for n in kv_lens]
     num_pages = sum(pages) + 3
@@ -80,6 +86,13 @@ def bad_index_case(rng, *, mla, splits, page_size=None):
     tree = masks.from_parents(torch.tensor(parents, dtype=torch.int32, device=dev), qo)
     kv_indptr = torch.tensor([0] + list(torch.tensor(pages).cumsum(0)), dtype=torch.int32, device=dev)
     idx = torch.randperm(num_pages, device=dev)[: sum(pages)].to(torch.int32)
+    if kv_slot_runs > 1:  # each request's slots: runs of 64 from shuffled 64-slot pool pages
+        runs = [(n + 63) // 64 for n in kv_lens]
+        num_pages = (sum(runs) + 3) * 64
+        pool = torch.randperm(num_pages // 64, device=dev)[: sum(runs)]
+        slots = (pool[:, None] * 64 + torch.arange(64, device=dev)).flatten()
+        starts = [0] + torch.tensor(runs).cumsum(0).tolist()
+        idx = torch.cat([slots[64 * starts[r]: 64 * starts[r] + n] for r, n in enumerate(kv_lens)]).to(torch.int32)
     k = torch.randn(num_pages, page_size, hkv, dqk, device=dev, dtype=torch.bfloat16)
     v = None if mla else torch.randn(num_pages, page_size, hkv, dvo, device=dev, dtype=torch.bfloat16)
     kv_len = torch.tensor(kv_lens, dtype=torch.int32, device=dev)
@@ -89,10 +102,17 @@ def bad_index_case(rng, *, mla, splits, page_size=None):
     kvp = kv_indptr.tolist()
     poisoned = {1: num_pages + 5, 2: -3, 3: 2**31 - 1}
     for req, val in poisoned.items():
-        bad[kvp[req] + (kvp[req + 1] - kvp[req]) // 2] = val
+        pos = (kvp[req + 1] - kvp[req]) // 2
+        bad[kvp[req] + (pos // 64 * 64 if req == 2 else pos)] = val
+    hint = {"kv_slot_runs": kv_slot_runs} if kv_slot_runs > 1 else {}
     verify_attn.check_errors()
+    if hint and torch.cuda.get_device_capability() == (9, 0):
+        name = verify_attn.plan_info(q, k, v, qo, kv_indptr, bad, kv_len, tree_mask=tree, max_q_len=max(q_lens),
+                                     max_kv_len=max(kv_lens), num_splits=splits, **hint)["name"]
+        assert name.endswith("mla_wgmma_seesaw_tma_rows"), name
     out = verify_attn.tree_attention_paged(q, k, v, qo, kv_indptr, bad, kv_len, tree_mask=tree,
-                                           max_q_len=max(q_lens), max_kv_len=max(kv_lens), num_splits=splits)
+                                           max_q_len=max(q_lens), max_kv_len=max(kv_lens), num_splits=splits,
+                                           **hint)
     try:
         verify_attn.check_errors()
         flagged, msg = None, "no error raised"
@@ -103,8 +123,8 @@ def bad_index_case(rng, *, mla, splits, page_size=None):
     ok = (flagged is not None and flagged.bits & verify_attn.errors.ERR_KV_INDEX
           and flagged.request in poisoned and flagged.value == poisoned[flagged.request]
           and err < 1e-2 and bool(torch.isfinite(out[r]).all()))
-    print("%s bad-index mla=%s page_size=%d splits=%d: request 0 rel err %.2e; raised: %s" % (
-        "ok  " if ok else "FAIL", mla, page_size, splits, err, msg[:200]))
+    print("%s bad-index mla=%s page_size=%d kv_slot_runs=%d splits=%d: request 0 rel err %.2e; raised: %s" % (
+        "ok  " if ok else "FAIL", mla, page_size, kv_slot_runs, splits, err, msg[:200]))
     return ok
 
 
@@ -148,7 +168,8 @@ def main():
         print("%s mla=%s paged=%s splits=%d: rel err %.2e, lse max abs err %.2e" % (
             "ok  " if ok else "FAIL", c["mla"], c["paged"], splits, err, lerr))
     bad_cases = [dict(mla=True, splits=0), dict(mla=True, splits=0, page_size=64), dict(mla=False, splits=3),
-                 dict(mla=False, splits=1)]
+                 dict(mla=False, splits=1), dict(mla=True, splits=0, kv_slot_runs=64),
+                 dict(mla=True, splits=3, kv_slot_runs=64)]
     for c in bad_cases:
         failed += not bad_index_case(rng, **c)
     n = len(cases) + len(bad_cases)

@@ -75,6 +75,23 @@ struct PagedLoader {
     return row(j0, &k_off, &v_off);
   }
 
+  // The page-table entry of row j, -1 when j's slot is outside the request's
+  // pages; not range-checked (page_ok). A plain load whose value the caller
+  // may use much later: the rows producer of the TMA kernel
+  // (kernels/sm90/mla_tma_producer.cuh) reads a tile ahead.
+  __device__ __forceinline__ int32_t page_id(int j) const {
+    const int64_t s = static_cast<int64_t>(slot_begin) + j / page_size;
+    return (s >= 0 && s < slot_end) ? __ldg(indices + s) : -1;
+  }
+
+  // row()'s check of row j's page id from page_id(j): false (and flagged, as
+  // row() flags it) when the id is outside [0, num_pages).
+  __device__ __forceinline__ bool page_ok(int64_t page, int j) const {
+    if (page >= 0 && page < num_pages) return true;
+    report_error(error_word, kErrKvIndex, req_, page, j);
+    return false;
+  }
+
   // TMA coordinates of row j: its page id (or -1 when the slot is outside the
   // request's pages: an out-of-range page is zero-filled by the copy engine and
   // flagged by row()) and its slot in the page.

@@ -86,12 +86,16 @@ __device__ __forceinline__ void gather_group_tile(const KernelParams& p, int g, 
 }
 
 // kRowsGather (page_size 1, the plan's kv_slot_runs hint; p.k_tmap is the rows
-// map): the work of issue_k_tiles below, but warp g resolves every row of its
-// stage's tile below kv_len through the loader (lanes: rows lane, lane + 32;
-// a bad index is flagged and zero-filled) and boxes the tile when those rows
-// are consecutive cache rows (rows past kv_len: whatever follows in the cache,
-// zeroed by the consumers as for a page-64 tile), else gathers it
-// (gather_group_tile).
+// map, whose row r is page r: one KV head, page stride = token stride,
+// kernels/sm90/tma_host.h): the work of issue_k_tiles below, but warp g reads
+// the page ids of every row of its stage's tile below kv_len (lanes: rows
+// lane, lane + 32), checks them (a bad id is flagged and its row zero-filled)
+// and boxes the tile when they are consecutive cache rows (rows past kv_len:
+// whatever follows in the cache, zeroed by the consumers as for a page-64
+// tile), else gathers it (gather_group_tile). The ids are read one pair ahead
+// (their loads are in flight while the warp waits for the stage), and the
+// box's row is the first id: between the stage-free wait and the copies
+// there is no load and no division (H200, BENCHMARKS session 20).
 template <class Shape, class Loader>
 __device__ __forceinline__ void issue_k_tiles_rows(const KernelParams& p, const RequestTile& rt,
                                                    const Loader& loader, unsigned char* sK,
@@ -102,37 +106,39 @@ __device__ __forceinline__ void issue_k_tiles_rows(const KernelParams& p, const 
   const int n_pairs = (n_tiles + 1) >> 1;
   const int g = wtid >> 5, lane = wtid & 31, h = group_stage(g);
   const bool evict_first = n_tiles <= kEvictFirstMaxTiles;
-  const int64_t st = p.k_stride_token;
+  const int kv_len = rt.kv_len;
+  // Page ids of this warp's rows of tile i (rows at or past kv_len: not read).
+  auto read_ids = [&](int i, int32_t (&id)[2]) {
+    const int j = (rt.tile_begin + i) * N + lane;
+    id[0] = j < kv_len ? loader.page_id(j) : -1;
+    id[1] = j + 32 < kv_len ? loader.page_id(j + 32) : -1;
+  };
+  int32_t next[2] = {-1, -1};
+  if (h < n_tiles) read_ids(h, next);
   for (int u = 0; u < n_pairs; ++u) {
     const int i = 2 * u + h;
     if (i >= n_tiles) break;  // an odd count's last pair has no tile B (warp-uniform)
-    const int j0 = (rt.tile_begin + i) * N;
-    int64_t off[2] = {-1, -1};  // -1: a zero row, not read
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int j = j0 + lane + 32 * hh;
-      int64_t k_off, v_off;
-      if (j < rt.kv_len) {
-        if (loader.row(j, &k_off, &v_off)) {
-          off[hh] = k_off;
-        } else {
-          *s_bad_kv = 1;  // zero-filled (gathered); the CTA's rows become NaN
-        }
-      }
-    }
-    const int64_t first = __shfl_sync(0xffffffffu, off[0], 0);
-    const bool mine = (j0 + lane >= rt.kv_len || off[0] == first + lane * st) &&
-                      (j0 + lane + 32 >= rt.kv_len || off[1] == first + (lane + 32) * st);
-    const bool by_tma = __all_sync(0xffffffffu, mine) && first >= 0;  // row 0 is below kv_len
+    const int32_t id[2] = {next[0], next[1]};
+    if (i + 2 < n_tiles) read_ids(i + 2, next);  // pair u + 1's, in flight across the wait
+    const int j = (rt.tile_begin + i) * N + lane;
+    const bool ok0 = j >= kv_len || loader.page_ok(id[0], j);
+    const bool ok1 = j + 32 >= kv_len || loader.page_ok(id[1], j + 32);
+    if (!ok0 || !ok1) *s_bad_kv = 1;  // zero-filled (gathered); the CTA's rows become NaN
+    const int32_t first = __shfl_sync(0xffffffffu, id[0], 0);  // row 0 is below kv_len
+    const int64_t f = first;  // (an id near INT32_MAX must not overflow)
+    const bool mine = ok0 && ok1 && (j >= kv_len || id[0] == f + lane) &&
+                      (j + 32 >= kv_len || id[1] == f + lane + 32);
+    const bool by_tma = __all_sync(0xffffffffu, mine);
     // Pair u - 1's readers are done (suspending wait, as issue_k_tiles).
     if (lane == 0 && u > 0) mbar_wait<1000000u>(&k_empty[g], (u - 1) & 1);
     __syncwarp();
     if (!by_tma) {
+      const int64_t off[2] = {j < kv_len && ok0 ? id[0] * p.k_stride_page : -1,
+                              j + 32 < kv_len && ok1 ? id[1] * p.k_stride_page : -1};
       gather_group_tile<Shape>(p, g, h, sK, full_bar, off, lane);
       continue;
     }
     if (lane == 0) {
-      const int row0 = static_cast<int>(first / st);
       // The same loop as issue_k_tiles' (kept apart: a shared helper changed
       // the page-64 kernel's SASS, whose times session 19 checked against main).
 #pragma unroll
@@ -142,10 +148,10 @@ __device__ __forceinline__ void issue_k_tiles_rows(const KernelParams& p, const 
           unsigned char* dst = sK + h * Shape::kKTileBytes + b * kBlockBytes;
           if (evict_first)
             tma_load_block</*kEvictFirst=*/true>(dst, p.k_tmap, &full_bar[h][b], b * kBlockCols,
-                                                 row0, 0);
+                                                 first, 0);
           else
             tma_load_block</*kEvictFirst=*/false>(dst, p.k_tmap, &full_bar[h][b], b * kBlockCols,
-                                                  row0, 0);
+                                                  first, 0);
         }
       }
     }

@@ -124,6 +124,21 @@ inline bool encode_k_rows_tmap(KernelParams* kp, int dtype, bool paged) {
   return true;
 }
 
+// VERIFY_ATTN_REQUIRE_K_TMA=1 (tests): a launch of a planned TMA
+// configuration whose K tensor map cannot be encoded (encode_k_tmap,
+// encode_k_rows_tmap) fails (VA_ERR_UNSUPPORTED) instead of running the
+// cp.async kernel, so a test can tell that the planned kernel ran. `map`
+// names the map ("page" or "rows").
+inline va_status k_tmap_fallback_status(const KernelParams& kp, const char* map) {
+  const char* env = std::getenv("VERIFY_ATTN_REQUIRE_K_TMA");
+  if (env == nullptr || env[0] != '1') return VA_OK;
+  return va_fail(VA_ERR_UNSUPPORTED,
+                 "k: VERIFY_ATTN_REQUIRE_K_TMA=1 but the K %s tensor map cannot be encoded "
+                 "(page_size %d, strides %lld / %lld elements)",
+                 map, kp.page_size, static_cast<long long>(kp.k_stride_token),
+                 static_cast<long long>(kp.k_stride_page));
+}
+
 // A [total_q tokens][num_qo_heads][width] tensor (bf16 / fp16, element strides
 // stride_token / stride_head) as a 3-D map whose box is one CTA's 64 folded
 // rows x 64 columns: min(G, 64) heads x max(64 / G, 1) tokens (G = heads per

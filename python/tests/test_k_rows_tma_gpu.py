@@ -13,6 +13,9 @@ run, a CUDA-graph plan, and the fallback when the map is refused
 (VERIFY_ATTN_K_ROWS_TMA=0). Flat MLA caches take the TMA kernel with the same
 map (and the cp.async kernel when it is refused). Every slot the requests do
 not own holds NaN: a tile copied from the wrong rows shows in the output.
+Which kernel ran is pinned: VERIFY_ATTN_REQUIRE_K_TMA=1 (set for every test
+here) turns the fallback from a planned TMA kernel to the cp.async one into an
+error, which the fallback tests expect before they unset it.
 """
 
 import random
@@ -37,6 +40,9 @@ def _sm90(monkeypatch):
         pytest.skip("the sm_90a kernels")
     for name in ("VERIFY_ATTN_FORCE_CONFIG", "VERIFY_ATTN_K_ROWS_TMA"):
         monkeypatch.delenv(name, raising=False)
+    # A planned TMA kernel whose K map the launch cannot encode fails instead of
+    # running the cp.async kernel: a passing TMA case ran the TMA kernel.
+    monkeypatch.setenv("VERIFY_ATTN_REQUIRE_K_TMA", "1")
     errors._reset_for_tests()
     yield
     verify_attn.check_errors()
@@ -181,8 +187,13 @@ def test_flat_mla_takes_the_tma_kernel(monkeypatch):
         return out
 
     ro, _ = reference.reference_attention_flat(q, k, None, qo, kvp, tree_mask=tree)
+    monkeypatch.setenv("VERIFY_ATTN_K_ROWS_TMA", "0")
+    with pytest.raises(NotImplementedError, match="VERIFY_ATTN_REQUIRE_K_TMA"):
+        call(0)  # the map refused: no silent fallback while the TMA kernel is required
+    monkeypatch.delenv("VERIFY_ATTN_REQUIRE_K_TMA")
     for knob in ("1", "0"):
         monkeypatch.setenv("VERIFY_ATTN_K_ROWS_TMA", knob)
+        monkeypatch.setenv("VERIFY_ATTN_REQUIRE_K_TMA", knob)  # "1": the TMA kernel ran
         for splits in (0, 1, 3):
             out = call(splits)
             assert torch.isfinite(out).all(), (knob, splits)
@@ -247,17 +258,23 @@ def test_kv_slot_runs_hint_without_the_map_falls_back(monkeypatch, force_rows):
     """VERIFY_ATTN_K_ROWS_TMA=0: the planned TMA kernel cannot get its map; the cp.async kernel runs."""
     a, mq, mkv = make(6, KINDS, q_lens=[5, 16, 3, 64, 7], prefixes=[40, 700, 129, 1000, 300])
     monkeypatch.setenv("VERIFY_ATTN_K_ROWS_TMA", "0")
+    with pytest.raises(NotImplementedError, match="VERIFY_ATTN_REQUIRE_K_TMA"):
+        run(a, mq, mkv, 0, kv_slot_runs=64)
+    monkeypatch.delenv("VERIFY_ATTN_REQUIRE_K_TMA")
     out, lse = run(a, mq, mkv, 0, kv_slot_runs=64)
     assert_close(out, lse, *ref(a))
 
 
-def test_kv_slot_runs_hint_bad_slot_is_flagged(force_rows):
-    """A slot past the cache inside a run: that tile is gathered, the slot zero-filled and flagged,
-    its request's rows NaN, the other requests exact."""
+@pytest.mark.parametrize("row,value", [(70, "past"), (64, 2**31 - 1), (127, -3), (0, "past")],
+                         ids=["row70_past", "row64_int32max", "row127_negative", "row0_past"])
+def test_kv_slot_runs_hint_bad_slot_is_flagged(row, value, force_rows):
+    """A bad slot inside a run (past the cache, INT32_MAX, negative; a tile's first row, whose id
+    the box would start from, or another): that tile is gathered, the slot zero-filled and
+    flagged, its request's rows NaN, the other requests exact."""
     a, mq, mkv = make(7, ["runs", "runs", "runs"], q_lens=[4, 4, 4], prefixes=[300, 300, 300])
     clean, _ = ref(a)
     bad = a["kv_indices"].clone()
-    bad[int(a["kv_indptr"][1]) + 70] = a["k"].shape[0] + 5  # request 1, row 70: past the cache
+    bad[int(a["kv_indptr"][1]) + row] = a["k"].shape[0] + 5 if value == "past" else value  # request 1
     a["kv_indices"] = bad
     out, _ = run(a, mq, mkv, 0, kv_slot_runs=64)
     with pytest.raises(verify_attn.KernelInputError) as ei:
