@@ -103,10 +103,6 @@ bool rows_hint_ok(const va_params& p) {
   return p.k_stride_page == p.k_stride_token && rows_map_ok(p.k, p.k_stride_token, p.num_pages);
 }
 
-// The hinted rows-map kernel only for KV this long (max_kv_len): below it the
-// cp.async kernel was as fast or faster (H200, BENCHMARKS.md session 19).
-constexpr int64_t kRowsHintMinKv = 8192;
-
 bool layout_ok(int id, const va_params& p) {
   if (id == kCfgMlaWgmmaSeesawTma) return tma_k_cache_ok(p);
   if (id == kCfgMlaWgmmaSeesawRows) return rows_hint_ok(p);
@@ -233,12 +229,13 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
     // (BENCHMARKS.md, session 5).
     // page_size 1 with the kv_slot_runs hint (slots in runs of 64: SGLang's
     // token slots of a --page-size 64 pool) takes it through the rows map,
-    // gathering the tiles whose slots are not consecutive, for KV of 8k rows
-    // or more (H200, slots in runs of 64: 5-8% faster than the cp.async
-    // kernel on the L8k / L32k / L128k rows, 3% slower on B1 H16 T16 L4k and
-    // B128 H16 T4 L4k; BENCHMARKS.md session 19).
+    // gathering the tiles whose slots are not consecutive (H200, slots in
+    // runs of 64: 1-16% faster than the cp.async kernel on every MLA bench
+    // row, as fast as page_size 64 on the long-KV ones; BENCHMARKS.md session
+    // 20; session 19's version was 3% slower on the L4k rows and needed
+    // max_kv_len >= 8192).
     if (dev.sm_arch == 90 && built_sm90a() && tma_k_cache_ok(p)) cands[n++] = kCfgMlaWgmmaSeesawTma;
-    if (dev.sm_arch == 90 && built_sm90a() && rows_hint_ok(p) && p.max_kv_len >= kRowsHintMinKv)
+    if (dev.sm_arch == 90 && built_sm90a() && rows_hint_ok(p))
       cands[n++] = kCfgMlaWgmmaSeesawRows;
     if (dev.sm_arch == 90 && built_sm90a()) cands[n++] = kCfgMlaWgmmaM64N64PR;
     // H200, B1 H16 T64 L32k: 8 warps 524 us vs 16 warps 627 us (fewer Q

@@ -131,7 +131,7 @@ typedef struct va_params {
                                 each request's slots mostly come in runs of N
                                 consecutive slots from its first KV row (SGLang's
                                 token slots of a --page-size N pool). With N a
-                                multiple of 64, max_kv_len >= 8192, MLA, and a
+                                multiple of 64, MLA, and a
                                 cache the TMA map can describe (16-byte aligned,
                                 page stride == token stride >= 576 elements, a
                                 multiple of 16 bytes) the sm_90 plan takes the

@@ -14,6 +14,7 @@ Run by tools/gpu_run.sh under memcheck, racecheck and initcheck:
 """
 
 import functools
+import os
 import random
 import sys
 
@@ -66,15 +67,14 @@ def make_case(rng, *, mla, paged, dtype, batch, q_len, prefix, heads, hkv, d, pa
 def bad_index_case(rng, *, mla, splits, page_size=None, kv_slot_runs=1):
     """Poisoned page ids must not be read; check_errors names one; request 0 stays exact.
 
-    kv_slot_runs=64 (page_size 1, MLA): slots in runs of 64 and KV past 8k rows, so the
-    plan takes the rows-map TMA kernel (mla_wgmma_seesaw_tma_rows); one poisoned id is
-    the first row of a tile (the row a box would start from)."""
+    kv_slot_runs=64 (page_size 1, MLA): slots in runs of 64, so the plan takes the
+    rows-map TMA kernel (mla_wgmma_seesaw_tma_rows; asserted unless
+    VERIFY_ATTN_FORCE_CONFIG forces another, as gpu_run.sh does under racecheck); one
+    poisoned id is the first row of a tile (the row a box would start from)."""
     dev = "cuda"
     if page_size is None:
         page_size = 1 if mla else 16
     q_lens, prefix = [6, 5, 4, 7], [90, 60, 130, 40]
-    if kv_slot_runs > 1:
-        prefix = [8300, 8250, 8400, 100]
     kv_lens = [p + q for p, q in zip(prefix, q_lens)]
     pages = [(n + page_size - 1) // page_size for n in kv_lens]
     num_pages = sum(pages) + 3
@@ -106,7 +106,7 @@ def bad_index_case(rng, *, mla, splits, page_size=None, kv_slot_runs=1):
         bad[kvp[req] + (pos // 64 * 64 if req == 2 else pos)] = val
     hint = {"kv_slot_runs": kv_slot_runs} if kv_slot_runs > 1 else {}
     verify_attn.check_errors()
-    if hint and torch.cuda.get_device_capability() == (9, 0):
+    if hint and torch.cuda.get_device_capability() == (9, 0) and not os.environ.get("VERIFY_ATTN_FORCE_CONFIG"):
         name = verify_attn.plan_info(q, k, v, qo, kv_indptr, bad, kv_len, tree_mask=tree, max_q_len=max(q_lens),
                                      max_kv_len=max(kv_lens), num_splits=splits, **hint)["name"]
         assert name.endswith("mla_wgmma_seesaw_tma_rows"), name
@@ -145,7 +145,6 @@ def main():
         dict(mla=True, paged=True, dtype=torch.bfloat16, batch=2, q_len=20, prefix=400, heads=16, hkv=1, d=0, page_size=16, causal=False, splits=2, in_order=True),
         # page_size 1 with the kv_slot_runs hint: the TMA kernel through the rows map
         # (mla_wgmma_seesaw_tma_rows), consecutive slots boxed, scattered ones gathered
-        # (planned for KV of 8k rows or more: kernels/plan.cc)
         dict(mla=True, paged=True, dtype=torch.bfloat16, batch=1, q_len=12, prefix=8300, heads=16, hkv=1, d=0, page_size=1, causal=False, splits=0, in_order=True, kv_slot_runs=64),
         dict(mla=True, paged=True, dtype=torch.float16, batch=2, q_len=9, prefix=8250, heads=16, hkv=1, d=0, page_size=1, causal=False, splits=2, kv_slot_runs=64),
         dict(mla=False, paged=True, dtype=torch.bfloat16, batch=3, q_len=16, prefix=70, heads=12, hkv=4, d=128, page_size=16, causal=False, splits=1),

@@ -79,8 +79,10 @@ struct PagedLoader {
   // pages; not range-checked (page_ok). A plain load whose value the caller
   // may use much later: the rows producer of the TMA kernel
   // (kernels/sm90/mla_tma_producer.cuh) reads a tile ahead.
+  // kPageSize1: the caller only runs with page_size 1 (no division).
+  template <bool kPageSize1 = false>
   __device__ __forceinline__ int32_t page_id(int j) const {
-    const int64_t s = static_cast<int64_t>(slot_begin) + j / page_size;
+    const int64_t s = static_cast<int64_t>(slot_begin) + (kPageSize1 ? j : j / page_size);
     return (s >= 0 && s < slot_end) ? __ldg(indices + s) : -1;
   }
 

@@ -94,8 +94,10 @@ __device__ __forceinline__ void gather_group_tile(const KernelParams& p, int g, 
 // whatever follows in the cache, zeroed by the consumers as for a page-64
 // tile), else gathers it (gather_group_tile). The ids are read one pair ahead
 // (their loads are in flight while the warp waits for the stage), and the
-// box's row is the first id: between the stage-free wait and the copies
-// there is no load and no division (H200, BENCHMARKS session 20).
+// box's row is the first id, and lane 0 alone waits for the stage and issues
+// the boxes: between the end of that wait and the copies there is no load, no
+// division and no reconvergence of the warp (H200, BENCHMARKS session 20: the
+// three cost this kernel 12% against the page-64 one).
 template <class Shape, class Loader>
 __device__ __forceinline__ void issue_k_tiles_rows(const KernelParams& p, const RequestTile& rt,
                                                    const Loader& loader, unsigned char* sK,
@@ -110,8 +112,8 @@ __device__ __forceinline__ void issue_k_tiles_rows(const KernelParams& p, const 
   // Page ids of this warp's rows of tile i (rows at or past kv_len: not read).
   auto read_ids = [&](int i, int32_t (&id)[2]) {
     const int j = (rt.tile_begin + i) * N + lane;
-    id[0] = j < kv_len ? loader.page_id(j) : -1;
-    id[1] = j + 32 < kv_len ? loader.page_id(j + 32) : -1;
+    id[0] = j < kv_len ? loader.template page_id<true>(j) : -1;  // page_size 1 (tma_host.h)
+    id[1] = j + 32 < kv_len ? loader.template page_id<true>(j + 32) : -1;
   };
   int32_t next[2] = {-1, -1};
   if (h < n_tiles) read_ids(h, next);
@@ -129,16 +131,20 @@ __device__ __forceinline__ void issue_k_tiles_rows(const KernelParams& p, const 
     const bool mine = ok0 && ok1 && (j >= kv_len || id[0] == f + lane) &&
                       (j + 32 >= kv_len || id[1] == f + lane + 32);
     const bool by_tma = __all_sync(0xffffffffu, mine);
-    // Pair u - 1's readers are done (suspending wait, as issue_k_tiles).
-    if (lane == 0 && u > 0) mbar_wait<1000000u>(&k_empty[g], (u - 1) & 1);
-    __syncwarp();
     if (!by_tma) {
+      // Pair u - 1's readers are done (suspending wait, as issue_k_tiles):
+      // every lane waits, then gathers.
+      if (u > 0) mbar_wait<1000000u>(&k_empty[g], (u - 1) & 1);
       const int64_t off[2] = {j < kv_len && ok0 ? id[0] * p.k_stride_page : -1,
                               j + 32 < kv_len && ok1 ? id[1] * p.k_stride_page : -1};
       gather_group_tile<Shape>(p, g, h, sK, full_bar, off, lane);
       continue;
     }
+    // Boxed: lane 0 waits for the stage and issues the copies at once (the
+    // other lanes are not woken between the two: the wait ends on the
+    // consumers' critical path, as in issue_k_tiles).
     if (lane == 0) {
+      if (u > 0) mbar_wait<1000000u>(&k_empty[g], (u - 1) & 1);
       // The same loop as issue_k_tiles' (kept apart: a shared helper changed
       // the page-64 kernel's SASS, whose times session 19 checked against main).
 #pragma unroll

@@ -205,30 +205,21 @@ TMA_ROWS = "mla_wgmma_seesaw_tma_rows"
 KINDS = ["runs", "broken", "scattered", "runs", "shifted"]
 
 
-@pytest.fixture
-def force_rows(monkeypatch):
-    """The plan takes the rows kernel on its own only for KV of 8k rows or more
-    (kernels/plan.cc, test_kv_slot_runs_hint_auto_choice); these small cases force it."""
-    monkeypatch.setenv("VERIFY_ATTN_FORCE_CONFIG", TMA_ROWS)
-
-
-def test_kv_slot_runs_hint_auto_choice():
-    """With the hint, the plan picks the rows kernel for max_kv_len >= 8192, the cp.async one below."""
+def test_kv_slot_runs_hint_long_kv():
+    """With the hint the plan picks the rows kernel at any KV length (here 9k rows and one short
+    request; session 19's kernel needed max_kv_len >= 8192, kernels/plan.cc)."""
     a, mq, mkv = make(11, ["runs", "shifted"], q_lens=[16, 4], prefixes=[9000, 300])
-    info = lambda a, mq, mkv: verify_attn.plan_info(  # noqa: E731
-        a["q"], a["k"], None, a["qo"], a["kv_indptr"], a["kv_indices"], a["kv_len"], tree_mask=a["tree"],
-        max_q_len=mq, max_kv_len=mkv, kv_slot_runs=64)["name"]
-    assert info(a, mq, mkv).endswith(TMA_ROWS)
+    name = verify_attn.plan_info(a["q"], a["k"], None, a["qo"], a["kv_indptr"], a["kv_indices"], a["kv_len"],
+                                 tree_mask=a["tree"], max_q_len=mq, max_kv_len=mkv, kv_slot_runs=64)["name"]
+    assert name.endswith(TMA_ROWS), name
     out, lse = run(a, mq, mkv, 0, kv_slot_runs=64)
     assert_close(out, lse, *ref(a))
-    b, mq, mkv = make(12, ["runs"], q_lens=[16], prefixes=[3000])
-    assert info(b, mq, mkv).endswith(GATHER)
 
 
 @pytest.mark.parametrize("splits", [0, 1, 3], ids=["splits0", "splits1", "splits3"])
 @pytest.mark.parametrize("seed", [0, 1], ids=["seed0", "seed1"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_kv_slot_runs_hint_takes_the_tma_kernel(splits, seed, dtype, force_rows):
+def test_kv_slot_runs_hint_takes_the_tma_kernel(splits, seed, dtype):
     """kv_slot_runs=64: the TMA kernel with the rows map; tiles of consecutive slots boxed, the
     broken / shifted / scattered ones gathered by its producer; rows past kv_len in a boxed tile
     are the cache's next rows (NaN here), which the consumers must zero."""
@@ -239,12 +230,12 @@ def test_kv_slot_runs_hint_takes_the_tma_kernel(splits, seed, dtype, force_rows)
     assert name.endswith(TMA_ROWS), name
     out, lse = run(a, mq, mkv, splits, kv_slot_runs=64)
     assert_close(out, lse, *ref(a))
-    out1, _ = run(a, mq, mkv, splits)  # no hint: the cp.async kernel (the forced tag does not serve it)
+    out1, _ = run(a, mq, mkv, splits)  # no hint: the cp.async kernel (test_slot_runs_without_the_hint)
     assert ((out.double() - out1.double()).norm() / out1.double().norm()).item() < 1e-2
 
 
 @pytest.mark.parametrize("heads", [16, 64, 128], ids=["h16", "h64", "h128"])
-def test_kv_slot_runs_hint_padded_cache_and_heads(heads, force_rows):
+def test_kv_slot_runs_hint_padded_cache_and_heads(heads):
     a, mq, mkv = make(5, ["runs", "shifted", "runs"], q_lens=[4, 32, 9], prefixes=[500, 260, 2000],
                       heads=heads, width=640)
     name = verify_attn.plan_info(a["q"], a["k"], None, a["qo"], a["kv_indptr"], a["kv_indices"], a["kv_len"],
@@ -254,7 +245,7 @@ def test_kv_slot_runs_hint_padded_cache_and_heads(heads, force_rows):
     assert_close(out, lse, *ref(a))
 
 
-def test_kv_slot_runs_hint_without_the_map_falls_back(monkeypatch, force_rows):
+def test_kv_slot_runs_hint_without_the_map_falls_back(monkeypatch):
     """VERIFY_ATTN_K_ROWS_TMA=0: the planned TMA kernel cannot get its map; the cp.async kernel runs."""
     a, mq, mkv = make(6, KINDS, q_lens=[5, 16, 3, 64, 7], prefixes=[40, 700, 129, 1000, 300])
     monkeypatch.setenv("VERIFY_ATTN_K_ROWS_TMA", "0")
@@ -267,7 +258,7 @@ def test_kv_slot_runs_hint_without_the_map_falls_back(monkeypatch, force_rows):
 
 @pytest.mark.parametrize("row,value", [(70, "past"), (64, 2**31 - 1), (127, -3), (0, "past")],
                          ids=["row70_past", "row64_int32max", "row127_negative", "row0_past"])
-def test_kv_slot_runs_hint_bad_slot_is_flagged(row, value, force_rows):
+def test_kv_slot_runs_hint_bad_slot_is_flagged(row, value):
     """A bad slot inside a run (past the cache, INT32_MAX, negative; a tile's first row, whose id
     the box would start from, or another): that tile is gathered, the slot zero-filled and
     flagged, its request's rows NaN, the other requests exact."""
@@ -286,7 +277,7 @@ def test_kv_slot_runs_hint_bad_slot_is_flagged(row, value, force_rows):
         assert torch.isfinite(out[r]).all() and err < 1e-2, err
 
 
-def test_kv_slot_runs_hint_in_a_cuda_graph_plan(force_rows):
+def test_kv_slot_runs_hint_in_a_cuda_graph_plan():
     """TreeAttentionPlan with the hint: plans the TMA kernel, replays in a CUDA graph with new slots."""
     a, mq, mkv = make(8, ["runs", "scattered"], q_lens=[16, 16], prefixes=[600, 600])
     plan = verify_attn.TreeAttentionPlan(a["q"], a["k"], None, a["qo"], a["kv_indptr"], a["kv_indices"],

@@ -887,14 +887,17 @@ def tree_attention_paged(
       kv_slot_runs: page_size 1 only, a hint (int >= 1, default 1 = none): the
         slots of each request mostly come in runs of this many consecutive
         slots from its first KV row, as SGLang's token slots of a
-        ``--page-size kv_slot_runs`` pool do. With a multiple of 64 and
-        ``max_kv_len >= 8192``, MLA on sm_90 takes the TMA kernel
+        ``--page-size kv_slot_runs`` pool do. With a multiple of 64, MLA on
+        sm_90 takes the TMA kernel
         (kernels/sm90/mla_seesaw_kernel.cuh, config ``mla_wgmma_seesaw_tma_rows``),
         which copies each 64-row tile whose slots are consecutive by bulk
         tensor copies and gathers the others; otherwise the cp.async kernel.
         Any slot layout gives correct results either way; only the speed
-        depends on the hint (H200, slots in runs of 64: 5-8% faster on the
-        L8k-L128k MLA rows, BENCHMARKS.md session 19).
+        depends on the hint (H200, slots in runs of 64: 1-16% faster than
+        without it on the MLA bench rows, 0.96-1.00x FlashMLA's page-64
+        chain on the compute-bound ones, BENCHMARKS.md session 20; a hint
+        that does not hold is slower, the producer then gathers the tiles
+        itself).
       other arguments: as in :func:`tree_attention_flat`; ``max_kv_len`` is
         computed from ``kv_len`` when None (host sync).
 
@@ -957,7 +960,7 @@ def plan_info(
       for MLA on sm_90: kernels/sm90/mla_seesaw_kernel.cuh, config
       ``mla_wgmma_seesaw_tma``, for flat caches and paged caches with page_size a
       multiple of 64, ``mla_wgmma_seesaw_tma_rows`` for page_size 1 with the
-      ``kv_slot_runs`` hint (a multiple of 64) and ``max_kv_len >= 8192``,
+      ``kv_slot_runs`` hint (a multiple of 64),
       kernels/sm90/mla_wgmma_kernel.cuh, ``mla_wgmma_m64n64_pipe_rows``, otherwise)
       or ``mma_sync`` (the portable kernel, every other case), e.g.
       ``wgmma_bf16_mla_wgmma_seesaw_tma`` or ``mma_sync_fp16_gqa_d128_m64n64_s2``.

@@ -232,8 +232,8 @@ def _run(k, arch, backend_name, page_size, topk, n, trees, mask_layout, prefix_l
     return actual.float(), expected.float(), fx.backend
 
 
-# page_size 64: the backend passes the kv_slot_runs hint (asserted below); with MAX_CTX 128 the plan
-# keeps the cp.async kernel (the rows-map kernel needs a max_kv_len bound of 8k: kernels/plan.cc).
+# page_size 64: the backend passes the kv_slot_runs hint (asserted below); MLA then runs the
+# rows-map TMA kernel (kernels/plan.cc), GQA the portable one.
 VS_CONFIGS = list(itertools.product(("mla", "gqa"), (1, 4), PAGE_SIZES + (64,)))
 
 
