@@ -894,8 +894,8 @@ def tree_attention_paged(
         tensor copies and gathers the others; otherwise the cp.async kernel.
         Any slot layout gives correct results either way; only the speed
         depends on the hint (H200, slots in runs of 64: 1-16% faster than
-        without it on the MLA bench rows, 0.96-1.00x FlashMLA's page-64
-        chain on the compute-bound ones, BENCHMARKS.md session 20; a hint
+        without it on the MLA bench rows, 0.94-1.03x FlashMLA's page-64
+        chain, within 2% of page_size 64, BENCHMARKS.md session 20; a hint
         that does not hold is slower, the producer then gathers the tiles
         itself).
       other arguments: as in :func:`tree_attention_flat`; ``max_kv_len`` is
