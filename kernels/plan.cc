@@ -230,10 +230,10 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
     // page_size 1 with the kv_slot_runs hint (slots in runs of 64: SGLang's
     // token slots of a --page-size 64 pool) takes it through the rows map,
     // gathering the tiles whose slots are not consecutive (H200, slots in
-    // runs of 64: 1-16% faster than the cp.async kernel on every MLA bench
-    // row, as fast as page_size 64 on the long-KV ones; BENCHMARKS.md session
-    // 20; session 19's version was 3% slower on the L4k rows and needed
-    // max_kv_len >= 8192).
+    // runs of 64: 3-15% faster than the cp.async kernel on the L4k MLA rows,
+    // about 12-18% on the longer ones, within 2% of page_size 64;
+    // BENCHMARKS.md session 20; session 19's version was 3% slower on the L4k
+    // rows and needed max_kv_len >= 8192).
     if (dev.sm_arch == 90 && built_sm90a() && tma_k_cache_ok(p)) cands[n++] = kCfgMlaWgmmaSeesawTma;
     if (dev.sm_arch == 90 && built_sm90a() && rows_hint_ok(p))
       cands[n++] = kCfgMlaWgmmaSeesawRows;

@@ -65,7 +65,8 @@ def make_case(rng, *, mla, paged, dtype, batch, q_len, prefix, heads, hkv, d, pa
 
 
 def bad_index_case(rng, *, mla, splits, page_size=None, kv_slot_runs=1):
-    """Poisoned page ids must not be read; check_errors names one; request 0 stays exact.
+    """Poisoned page ids must not be read; check_errors names one; every poisoned request's
+    rows are NaN; request 0 stays exact.
 
     kv_slot_runs=64 (page_size 1, MLA): slots in runs of 64, so the plan takes the
     rows-map TMA kernel (mla_wgmma_seesaw_tma_rows; asserted unless
@@ -103,7 +104,9 @@ def bad_index_case(rng, *, mla, splits, page_size=None, kv_slot_runs=1):
     poisoned = {1: num_pages + 5, 2: -3, 3: 2**31 - 1}
     for req, val in poisoned.items():
         pos = (kvp[req + 1] - kvp[req]) // 2
-        bad[kvp[req] + (pos // 64 * 64 if req == 2 else pos)] = val
+        if kv_slot_runs > 1 and req == 2:
+            pos = pos // 64 * 64  # a tile's first row (kv_indptr counts rows here)
+        bad[kvp[req] + pos] = val
     hint = {"kv_slot_runs": kv_slot_runs} if kv_slot_runs > 1 else {}
     verify_attn.check_errors()
     if hint and torch.cuda.get_device_capability() == (9, 0) and not os.environ.get("VERIFY_ATTN_FORCE_CONFIG"):
@@ -120,9 +123,13 @@ def bad_index_case(rng, *, mla, splits, page_size=None, kv_slot_runs=1):
         flagged, msg = e, str(e)
     r = slice(0, q_lens[0])
     err = ((out[r].double() - ro[r]).norm() / ro[r].norm()).item()
+    qop = qo.tolist()
+    all_nan = all(bool(torch.isnan(out[qop[req]:qop[req + 1]]).all()) for req in poisoned)
     ok = (flagged is not None and flagged.bits & verify_attn.errors.ERR_KV_INDEX
           and flagged.request in poisoned and flagged.value == poisoned[flagged.request]
-          and err < 1e-2 and bool(torch.isfinite(out[r]).all()))
+          and all_nan and err < 1e-2 and bool(torch.isfinite(out[r]).all()))
+    if not all_nan:
+        msg = "a poisoned request's rows are not all NaN; " + msg
     print("%s bad-index mla=%s page_size=%d kv_slot_runs=%d splits=%d: request 0 rel err %.2e; raised: %s" % (
         "ok  " if ok else "FAIL", mla, page_size, kv_slot_runs, splits, err, msg[:200]))
     return ok
@@ -145,8 +152,8 @@ def main():
         dict(mla=True, paged=True, dtype=torch.bfloat16, batch=2, q_len=20, prefix=400, heads=16, hkv=1, d=0, page_size=16, causal=False, splits=2, in_order=True),
         # page_size 1 with the kv_slot_runs hint: the TMA kernel through the rows map
         # (mla_wgmma_seesaw_tma_rows), consecutive slots boxed, scattered ones gathered
-        dict(mla=True, paged=True, dtype=torch.bfloat16, batch=1, q_len=12, prefix=8300, heads=16, hkv=1, d=0, page_size=1, causal=False, splits=0, in_order=True, kv_slot_runs=64),
-        dict(mla=True, paged=True, dtype=torch.float16, batch=2, q_len=9, prefix=8250, heads=16, hkv=1, d=0, page_size=1, causal=False, splits=2, kv_slot_runs=64),
+        dict(mla=True, paged=True, dtype=torch.bfloat16, batch=1, q_len=12, prefix=830, heads=16, hkv=1, d=0, page_size=1, causal=False, splits=0, in_order=True, kv_slot_runs=64),
+        dict(mla=True, paged=True, dtype=torch.float16, batch=2, q_len=9, prefix=250, heads=16, hkv=1, d=0, page_size=1, causal=False, splits=2, kv_slot_runs=64),
         dict(mla=False, paged=True, dtype=torch.bfloat16, batch=3, q_len=16, prefix=70, heads=12, hkv=4, d=128, page_size=16, causal=False, splits=1),
         dict(mla=False, paged=False, dtype=torch.float16, batch=2, q_len=33, prefix=0, heads=8, hkv=8, d=64, page_size=1, causal=False, splits=2),
         dict(mla=False, paged=True, dtype=torch.bfloat16, batch=1, q_len=4, prefix=200, heads=8, hkv=2, d=256, page_size=64, causal=False, splits=0),

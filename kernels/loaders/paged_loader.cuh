@@ -75,19 +75,18 @@ struct PagedLoader {
     return row(j0, &k_off, &v_off);
   }
 
-  // The page-table entry of row j, -1 when j's slot is outside the request's
-  // pages; not range-checked (page_ok). A plain load whose value the caller
-  // may use much later: the rows producer of the TMA kernel
+  // Entry `page_in_req` of the request's page table (row j's is j /
+  // page_size; at page_size 1 it is j), -1 past the request's pages; not
+  // range-checked (page_ok). A plain load whose value the caller may use much
+  // later: the rows producer of the TMA kernel
   // (kernels/sm90/mla_tma_producer.cuh) reads a tile ahead.
-  // kPageSize1: the caller only runs with page_size 1 (no division).
-  template <bool kPageSize1 = false>
-  __device__ __forceinline__ int32_t page_id(int j) const {
-    const int64_t s = static_cast<int64_t>(slot_begin) + (kPageSize1 ? j : j / page_size);
+  __device__ __forceinline__ int32_t page_entry(int page_in_req) const {
+    const int64_t s = static_cast<int64_t>(slot_begin) + page_in_req;
     return (s >= 0 && s < slot_end) ? __ldg(indices + s) : -1;
   }
 
-  // row()'s check of row j's page id from page_id(j): false (and flagged, as
-  // row() flags it) when the id is outside [0, num_pages).
+  // row()'s check of row j's page id (from page_entry): false (and flagged,
+  // as row() flags it) when the id is outside [0, num_pages).
   __device__ __forceinline__ bool page_ok(int64_t page, int j) const {
     if (page >= 0 && page < num_pages) return true;
     report_error(error_word, kErrKvIndex, req_, page, j);

@@ -22,8 +22,8 @@
 //       (one mbarrier arrival, k_empty), and issues the group's copies; lane
 //       0 of warps 0 and 2 then checks its stage's tile (it lies in one
 //       page; a flat tile's first and last rows; kRowsGather: every row, by
-//       every warp), which flags a bad KV index exactly as the other kernels
-//       do (the CTA's rows then become NaN).
+//       every warp, before the wait), which flags a bad KV index exactly as
+//       the other kernels do (the CTA's rows then become NaN).
 //   WG 1 = consumer 0: scores S_A = Q K_A^T, output columns 0..255 (O_L).
 //   WG 2 = consumer 1: scores S_B = Q K_B^T, output columns 256..511 (O_R).
 //

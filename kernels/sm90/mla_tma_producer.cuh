@@ -14,6 +14,7 @@
 // 0 and 2 then checks their stage's tile (a bad KV index sets *s_bad_kv, as
 // the other kernels flag it). A bad page is copied from
 // coordinate -1: the copy engine fills zeros (and still counts the bytes).
+// (kRowsGather: every lane checks its rows' ids before the wait, below.)
 //
 // Flat caches read through the rows map (kernels/sm90/tma_host.h,
 // encode_k_rows_tmap: the page coordinate 0, the slot the cache row; a flat
@@ -112,8 +113,8 @@ __device__ __forceinline__ void issue_k_tiles_rows(const KernelParams& p, const 
   // Page ids of this warp's rows of tile i (rows at or past kv_len: not read).
   auto read_ids = [&](int i, int32_t (&id)[2]) {
     const int j = (rt.tile_begin + i) * N + lane;
-    id[0] = j < kv_len ? loader.template page_id<true>(j) : -1;  // page_size 1 (tma_host.h)
-    id[1] = j + 32 < kv_len ? loader.template page_id<true>(j + 32) : -1;
+    id[0] = j < kv_len ? loader.page_entry(j) : -1;  // page_size 1: row j's entry is j
+    id[1] = j + 32 < kv_len ? loader.page_entry(j + 32) : -1;
   };
   int32_t next[2] = {-1, -1};
   if (h < n_tiles) read_ids(h, next);

@@ -206,8 +206,8 @@ KINDS = ["runs", "broken", "scattered", "runs", "shifted"]
 
 
 def test_kv_slot_runs_hint_long_kv():
-    """With the hint the plan picks the rows kernel at any KV length (here 9k rows and one short
-    request; session 19's kernel needed max_kv_len >= 8192, kernels/plan.cc)."""
+    """A 9k-row request (tiles of many pairs; split by the plan) next to a short one. (The short
+    KV the other tests use takes the rows kernel too since session 20: kernels/plan.cc.)"""
     a, mq, mkv = make(11, ["runs", "shifted"], q_lens=[16, 4], prefixes=[9000, 300])
     name = verify_attn.plan_info(a["q"], a["k"], None, a["qo"], a["kv_indptr"], a["kv_indices"], a["kv_len"],
                                  tree_mask=a["tree"], max_q_len=mq, max_kv_len=mkv, kv_slot_runs=64)["name"]
@@ -263,6 +263,9 @@ def test_kv_slot_runs_hint_bad_slot_is_flagged(row, value):
     the box would start from, or another): that tile is gathered, the slot zero-filled and
     flagged, its request's rows NaN, the other requests exact."""
     a, mq, mkv = make(7, ["runs", "runs", "runs"], q_lens=[4, 4, 4], prefixes=[300, 300, 300])
+    name = verify_attn.plan_info(a["q"], a["k"], None, a["qo"], a["kv_indptr"], a["kv_indices"], a["kv_len"],
+                                 tree_mask=a["tree"], max_q_len=mq, max_kv_len=mkv, kv_slot_runs=64)["name"]
+    assert name.endswith(TMA_ROWS), name
     clean, _ = ref(a)
     bad = a["kv_indices"].clone()
     bad[int(a["kv_indptr"][1]) + row] = a["k"].shape[0] + 5 if value == "past" else value  # request 1

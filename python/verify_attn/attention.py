@@ -893,7 +893,7 @@ def tree_attention_paged(
         which copies each 64-row tile whose slots are consecutive by bulk
         tensor copies and gathers the others; otherwise the cp.async kernel.
         Any slot layout gives correct results either way; only the speed
-        depends on the hint (H200, slots in runs of 64: 1-16% faster than
+        depends on the hint (H200, slots in runs of 64: 3-18% faster than
         without it on the MLA bench rows, 0.94-1.03x FlashMLA's page-64
         chain, within 2% of page_size 64, BENCHMARKS.md session 20; a hint
         that does not hold is slower, the producer then gathers the tiles
