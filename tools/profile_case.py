@@ -11,8 +11,10 @@ from --flashmla_site (where the staged sgl-flash-mla wheel was installed with
 
 --layout: ``paged`` (pages of --page_size at random ids), ``runs`` (page_size 1, each
 request's slots in runs of --slot_runs from random pool pages, as SGLang's token
-slots of a ``--page-size`` pool; passed as the kv_slot_runs hint unless
---nohint), ``flat`` (tree_attention_flat on contiguous rows).
+slots of a ``--page-size`` pool; passed as the kv_slot_runs hint, or --hint=N
+instead: --hint=0 none, --slot_runs=1 --hint=64 fully scattered slots with the
+hint, i.e. the rows kernel gathering every tile), ``flat`` (tree_attention_flat
+on contiguous rows).
 """
 
 import argparse
@@ -36,7 +38,8 @@ def main():
     ap.add_argument("--page_size", type=int, default=1)
     ap.add_argument("--layout", default="paged", choices=["paged", "runs", "flat"])
     ap.add_argument("--slot_runs", type=int, default=64)
-    ap.add_argument("--nohint", action="store_true", help="--layout=runs without the kv_slot_runs hint")
+    ap.add_argument("--hint", type=int, default=None,
+                    help="--layout=runs: the kv_slot_runs hint passed (default --slot_runs; 0 or 1: none)")
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--num_splits", type=int, default=0)
     ap.add_argument("--impl", default="verify_attn", choices=["verify_attn", "flashmla"])
@@ -65,7 +68,8 @@ def main():
         a.page_size, num_pages = 1, pool * R
         kv_indptr = torch.arange(0, a.batch + 1, dtype=torch.int32, device=dev) * kv
         kv_indices = slots.flatten().to(torch.int32)
-        hint = {} if a.nohint else {"kv_slot_runs": R}
+        h = R if a.hint is None else a.hint
+        hint = {"kv_slot_runs": h} if h > 1 else {}
     k = torch.randn(num_pages, a.page_size, hkv, dqk, device=dev, dtype=dt)
     v = None if mla else torch.randn(num_pages, a.page_size, hkv, dvo, device=dev, dtype=dt)
     q = torch.randn(a.batch * a.q_len, a.heads, dqk, device=dev, dtype=dt)
