@@ -58,10 +58,7 @@ struct PagedLoader {
     const int64_t slot = static_cast<int64_t>(slot_begin) + page_in_req;
     int64_t page = -1;
     if (slot >= 0 && slot < slot_end) page = __ldg(indices + slot);
-    if (page < 0 || page >= num_pages) {  // never dereferenced
-      report_error(error_word, kErrKvIndex, req_, page, j);
-      return false;
-    }
+    if (!page_ok(page, j)) return false;  // never dereferenced
     *k_off = page * k_page + slot_in_page * k_tok + k_head_off;
     *v_off = page * v_page + slot_in_page * v_tok + v_head_off;
     return true;

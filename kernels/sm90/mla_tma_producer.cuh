@@ -70,7 +70,7 @@ __device__ __forceinline__ void gather_group_tile(const KernelParams& p, int g, 
     const int r = r0 + 4 * k;
     const int64_t o = __shfl_sync(0xffffffffu, k < 8 ? off[0] : off[1], r & 31);
     const unsigned char* src = gk + 2 * (o >= 0 ? o : 0);
-    unsigned char* dst = stage + r * 128 + ((c ^ (r & 7)) << 4);
+    unsigned char* dst = stage + swizzled_chunk_offset(r, c);  // block 0's place (c < 8)
 #pragma unroll
     for (int b = 0; b < KB; ++b)
       if (group_has_block(g, b)) cp_async_16(dst + b * kBlockBytes, src + b * 128, o >= 0);
