@@ -46,6 +46,29 @@ __host__ __device__ constexpr bool group_has_block(int g, int b) {
                          : (b >= 4 && b < 8);
 }
 
+// Lane 0 of producer warp g: block group g of stage h by bulk tensor copies
+// of K map coordinates (row `row`, page `page`), each block completing
+// full_bar[h][b] by its transaction bytes; L2 evict_first when `evict_first`.
+template <class Shape>
+__device__ __forceinline__ void issue_group_boxes(const KernelParams& p, int g, int h,
+                                                  unsigned char* sK,
+                                                  uint64_t (&full_bar)[2][Shape::kKBlocks],
+                                                  int row, int page, bool evict_first) {
+#pragma unroll
+  for (int b = 0; b < Shape::kKBlocks; ++b) {
+    if (group_has_block(g, b)) {
+      mbar_arrive_expect_tx(&full_bar[h][b], kBlockBytes);
+      unsigned char* dst = sK + h * Shape::kKTileBytes + b * kBlockBytes;
+      if (evict_first)
+        tma_load_block</*kEvictFirst=*/true>(dst, p.k_tmap, &full_bar[h][b], b * kBlockCols, row,
+                                             page);
+      else
+        tma_load_block</*kEvictFirst=*/false>(dst, p.k_tmap, &full_bar[h][b], b * kBlockCols, row,
+                                              page);
+    }
+  }
+}
+
 // A tile the copy engine cannot box (kRowsGather, its rows not consecutive in
 // the cache): producer warp g gathers its block group with cp.async, 16 bytes
 // per copy, 8 lanes per row (lane: chunk c = lane % 8 of rows lane / 8 + 4 k,
@@ -54,7 +77,13 @@ __host__ __device__ constexpr bool group_has_block(int g, int b) {
 // swizzled places the copy engine would write (kernels/sm90/swizzle.cuh);
 // then waits for its copies, fences them into the async proxy, and lane 0
 // arrives on each block's full barrier (no transaction bytes). A slow path:
-// the producer warp waits for its own copies.
+// the producer warp waits for its own copies (H200, every tile gathered: B1
+// H16 T64 L32k 233 us, the cp.async kernel 146). Measured slower still
+// (BENCHMARKS session 21): the copies handed to the barriers by
+// cp.async.mbarrier.arrive without waiting, the consumers fencing after their
+// waits, 436-453 us; one bulk tensor copy per row and block (a 64 x 1 box:
+// 576 per tile; the 128-byte swizzle follows the shared-memory address, so
+// the rows land right), 671 us.
 template <class Shape>
 __device__ __forceinline__ void gather_group_tile(const KernelParams& p, int g, int h,
                                                   unsigned char* sK,
@@ -104,7 +133,7 @@ __device__ __forceinline__ void issue_k_tiles_rows(const KernelParams& p, const 
                                                    const Loader& loader, unsigned char* sK,
                                                    uint64_t (&full_bar)[2][Shape::kKBlocks],
                                                    uint64_t (&k_empty)[4], int* s_bad_kv, int wtid) {
-  constexpr int N = Shape::kN, KB = Shape::kKBlocks;
+  constexpr int N = Shape::kN;
   const int n_tiles = rt.tile_end - rt.tile_begin;
   const int n_pairs = (n_tiles + 1) >> 1;
   const int g = wtid >> 5, lane = wtid & 31, h = group_stage(g);
@@ -146,21 +175,7 @@ __device__ __forceinline__ void issue_k_tiles_rows(const KernelParams& p, const 
     // consumers' critical path, as in issue_k_tiles).
     if (lane == 0) {
       if (u > 0) mbar_wait<1000000u>(&k_empty[g], (u - 1) & 1);
-      // The same loop as issue_k_tiles' (kept apart: a shared helper changed
-      // the page-64 kernel's SASS, whose times session 19 checked against main).
-#pragma unroll
-      for (int b = 0; b < KB; ++b) {
-        if (group_has_block(g, b)) {
-          mbar_arrive_expect_tx(&full_bar[h][b], kBlockBytes);
-          unsigned char* dst = sK + h * Shape::kKTileBytes + b * kBlockBytes;
-          if (evict_first)
-            tma_load_block</*kEvictFirst=*/true>(dst, p.k_tmap, &full_bar[h][b], b * kBlockCols,
-                                                 first, 0);
-          else
-            tma_load_block</*kEvictFirst=*/false>(dst, p.k_tmap, &full_bar[h][b], b * kBlockCols,
-                                                  first, 0);
-        }
-      }
+      issue_group_boxes<Shape>(p, g, h, sK, full_bar, first, 0, evict_first);
     }
     __syncwarp();
   }
@@ -177,7 +192,7 @@ __device__ __forceinline__ void issue_k_tiles(const KernelParams& p, const Reque
     issue_k_tiles_rows<Shape>(p, rt, loader, sK, full_bar, k_empty, s_bad_kv, wtid);
     return;
   }
-  constexpr int N = Shape::kN, KB = Shape::kKBlocks;
+  constexpr int N = Shape::kN;
   const int n_tiles = rt.tile_end - rt.tile_begin;
   const int n_pairs = (n_tiles + 1) >> 1;  // the last one without tile B when n_tiles is odd
   const int g = wtid >> 5, lane = wtid & 31, h = group_stage(g);
@@ -198,19 +213,7 @@ __device__ __forceinline__ void issue_k_tiles(const KernelParams& p, const Reque
       // polling (mbarrier.try_wait's suspend-time hint; ncu counted 4.1 M polls
       // of this wait per launch): the thread wakes when the phase completes.
       if (u > 0) mbar_wait<1000000u>(&k_empty[g], (u - 1) & 1);
-#pragma unroll
-      for (int b = 0; b < KB; ++b) {
-        if (group_has_block(g, b)) {
-          mbar_arrive_expect_tx(&full_bar[h][b], kBlockBytes);
-          unsigned char* dst = sK + h * Shape::kKTileBytes + b * kBlockBytes;
-          if (evict_first)
-            tma_load_block</*kEvictFirst=*/true>(dst, p.k_tmap, &full_bar[h][b], b * kBlockCols,
-                                                 slot, page);
-          else
-            tma_load_block</*kEvictFirst=*/false>(dst, p.k_tmap, &full_bar[h][b], b * kBlockCols,
-                                                  slot, page);
-        }
-      }
+      issue_group_boxes<Shape>(p, g, h, sK, full_bar, slot, page, evict_first);
       // The tile through the loader's checks (a slot past the request's
       // pages or a page id outside the cache is flagged there): the copy
       // engine reads whatever the page coordinate names, so a bad tile must
