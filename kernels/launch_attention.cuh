@@ -144,8 +144,11 @@ va_status launch_one(const KernelParams& kp, const Plan& plan, int dtype, void* 
     const bool ok = Shape::kRowsGather ? encode_k_rows_tmap(&kp_tma, dtype, /*paged=*/true)
                                        : encode_k_tmap(&kp_tma, dtype) == VA_OK;
     if (!ok) {
-      // (VERIFY_ATTN_REQUIRE_K_TMA=1: an error instead, kernels/sm90/tma_host.h)
-      const va_status req = k_tmap_fallback_status(kp, Shape::kRowsGather ? "rows" : "page");
+      // (VERIFY_ATTN_REQUIRE_K_TMA=1: an error instead, kernels/sm90/tma_host.h;
+      // a refused page map's message, just recorded by encode_k_tmap, goes into it)
+      const va_status req =
+          Shape::kRowsGather ? k_tmap_fallback_status(kp, "rows")
+                             : k_tmap_fallback_status(kp, "page", va_last_error_message());
       if (req != VA_OK) return req;
       return launch_config<kCfgMlaWgmmaM64N64PR, Loader>(kp, plan, dtype, stream);
     }

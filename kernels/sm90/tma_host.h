@@ -17,6 +17,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -128,15 +129,19 @@ inline bool encode_k_rows_tmap(KernelParams* kp, int dtype, bool paged) {
 // configuration whose K tensor map cannot be encoded (encode_k_tmap,
 // encode_k_rows_tmap) fails (VA_ERR_UNSUPPORTED) instead of running the
 // cp.async kernel, so a test can tell that the planned kernel ran. `map`
-// names the map ("page" or "rows").
-inline va_status k_tmap_fallback_status(const KernelParams& kp, const char* map) {
+// names the map ("page" or "rows"); `why`: the encoder's own message, kept
+// in this one (encode_k_tmap's names the driver's CUresult), or null.
+inline va_status k_tmap_fallback_status(const KernelParams& kp, const char* map,
+                                        const char* why = nullptr) {
   const char* env = std::getenv("VERIFY_ATTN_REQUIRE_K_TMA");
   if (env == nullptr || env[0] != '1') return VA_OK;
+  char reason[512] = "";
+  if (why != nullptr) std::snprintf(reason, sizeof(reason), ": %s", why);  // va_fail rewrites it
   return va_fail(VA_ERR_UNSUPPORTED,
                  "k: VERIFY_ATTN_REQUIRE_K_TMA=1 but the K %s tensor map cannot be encoded "
-                 "(page_size %d, strides %lld / %lld elements)",
+                 "(page_size %d, strides %lld / %lld elements)%s",
                  map, kp.page_size, static_cast<long long>(kp.k_stride_token),
-                 static_cast<long long>(kp.k_stride_page));
+                 static_cast<long long>(kp.k_stride_page), reason);
 }
 
 // A [total_q tokens][num_qo_heads][width] tensor (bf16 / fp16, element strides
