@@ -59,6 +59,9 @@ flags.DEFINE_integer("slot_runs", 1, "With --page_size=1: each request's token s
                      "consecutive slots (SGLang's token slots of a --page-size N pool); 1 scatters every slot.")
 flags.DEFINE_bool("hint_slot_runs", True, "Pass --slot_runs to verify_attn as its kv_slot_runs hint (as the "
                   "SGLang plugin passes its --page-size); false: the same slots without the hint.")
+flags.DEFINE_integer("kv_slot_runs_hint", None, "Tuning only: pass this kv_slot_runs hint whatever the slots are "
+                     "(e.g. 64 with --slot_runs=1: the rows kernel gathering every tile, a hint that does not "
+                     "hold); default: --slot_runs as --hint_slot_runs says.")
 flags.DEFINE_string("baselines_dir", None, "Staged SGLang kernels and FlashMLA wheel (tools/fetch_baselines.sh); "
                     "default <repo>/.gpu_stage/baselines.")
 # Every name --baselines accepts (build_impls maps each to its adapters).
@@ -292,7 +295,7 @@ def main(argv):
     impls = build_impls(FLAGS.dry_run, baselines_dir)
     opts = runner.Options(
         device=device, page_size=FLAGS.page_size, slot_runs=FLAGS.slot_runs,
-        hint_slot_runs=FLAGS.hint_slot_runs, seed=FLAGS.seed,
+        hint_slot_runs=FLAGS.hint_slot_runs, kv_slot_runs_hint=FLAGS.kv_slot_runs_hint, seed=FLAGS.seed,
         graph=FLAGS.graph and not FLAGS.dry_run, rotate=FLAGS.rotate, warmup=FLAGS.warmup,
         target_ms=FLAGS.target_ms if not FLAGS.dry_run else min(FLAGS.target_ms, 20.0),
         min_iters=FLAGS.min_iters if not FLAGS.dry_run else 2,
@@ -322,6 +325,7 @@ def main(argv):
             "device": info, "ceilings": ceil.as_dict(), "conventions": report.CONVENTIONS,
             "options": {"grid": grid_name, "shapes": FLAGS.shapes, "page_size": FLAGS.page_size,
                         "slot_runs": FLAGS.slot_runs, "hint_slot_runs": FLAGS.hint_slot_runs,
+                        "kv_slot_runs_hint": FLAGS.kv_slot_runs_hint,
                         "baselines": [i.name for i in impls], "flex": FLAGS.flex, "graph": opts.graph,
                         "rotate": opts.rotate, "rounds": opts.rounds, "seed": FLAGS.seed, "dry_run": FLAGS.dry_run,
                         "workload": FLAGS.workload, "fixture": FLAGS.fixture,

@@ -18,6 +18,7 @@ on contiguous rows).
 """
 
 import argparse
+import statistics
 import sys
 
 import torch
@@ -41,6 +42,11 @@ def main():
     ap.add_argument("--hint", type=int, default=None,
                     help="--layout=runs: the kv_slot_runs hint passed (default --slot_runs; 0 or 1: none)")
     ap.add_argument("--iters", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="timed rounds of 10 launches; the median round is printed")
+    ap.add_argument("--graph", action="store_true",
+                    help="time CUDA-graph replays as the bench does (no host cost in the figure)")
+    ap.add_argument("--target_ms", type=float, default=100.0, help="--graph: replay time to measure")
     ap.add_argument("--num_splits", type=int, default=0)
     ap.add_argument("--impl", default="verify_attn", choices=["verify_attn", "flashmla"])
     ap.add_argument("--flashmla_site", default="/tmp/fmla_site")
@@ -92,18 +98,36 @@ def main():
         def call():
             verify_attn.tree_attention_paged(q, k, v, qo, kv_indptr, kv_indices, kv_len, **kw, **hint)
     print(info)
+    us = time_rounds(call, a)
+    flops = 2 * a.heads * a.q_len * kv * (dqk + dvo) * a.batch
+    print("%.1f us per launch (%s), %.1f TFLOP/s" % (us, timing_name(a), flops / us / 1e6))
+
+
+def timing_name(a):
+    return "graph replay median" if a.graph else "eager, median of %d rounds" % max(a.rounds, 1)
+
+
+def time_rounds(call, a):
+    """--graph: the bench's CUDA-graph timing (tools/benchlib/timing.py: median replay,
+    about --target_ms of replays). Else eager launches, CUDA events: the median over
+    --rounds of a round's mean (us)."""
+    if a.graph:
+        from benchlib.timing import time_graph  # tools/benchlib (this script's folder)
+
+        return time_graph([call], "cuda", target_ms=a.target_ms).median_us
     for _ in range(a.iters):
         call()
     torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(10):
-        call()
-    end.record()
-    torch.cuda.synchronize()
-    us = start.elapsed_time(end) / 10 * 1e3
-    flops = 2 * a.heads * a.q_len * kv * (dqk + dvo) * a.batch
-    print("mean %.1f us, %.1f TFLOP/s" % (us, flops / us / 1e6))
+    rounds = []
+    for _ in range(max(a.rounds, 1)):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(10):
+            call()
+        end.record()
+        torch.cuda.synchronize()
+        rounds.append(start.elapsed_time(end) / 10 * 1e3)
+    return statistics.median(rounds)
 
 
 def run_flashmla(a):
@@ -127,18 +151,9 @@ def run_flashmla(a):
                                                 num_splits=splits, softmax_scale=576 ** -0.5, causal=True,
                                                 use_legacy=True)
 
-    for _ in range(a.iters):
-        call()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(10):
-        call()
-    end.record()
-    torch.cuda.synchronize()
-    us = start.elapsed_time(end) / 10 * 1e3
+    us = time_rounds(call, a)
     flops = 2 * a.heads * a.q_len * kv * (576 + 512) * a.batch
-    print("flashmla mean %.1f us, %.1f TFLOP/s" % (us, flops / us / 1e6))
+    print("flashmla %.1f us per launch (%s), %.1f TFLOP/s" % (us, timing_name(a), flops / us / 1e6))
 
 
 if __name__ == "__main__":
