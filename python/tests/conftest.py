@@ -18,6 +18,30 @@ def pytest_configure(config):
             raise pytest.UsageError("VERIFY_ATTN_REQUIRE_GPU=1 but torch sees no CUDA device")
 
 
+@pytest.fixture
+def sm90_tma_env(monkeypatch):
+    """For the sm_90a TMA kernels' tests (test_tma_gpu, test_k_rows_tma_gpu: each
+    module uses it for every test): skips off sm_90; clears the knobs that would
+    force a configuration or refuse the rows map (VERIFY_ATTN_FORCE_CONFIG,
+    VERIFY_ATTN_K_ROWS_TMA); sets VERIFY_ATTN_REQUIRE_K_TMA=1, so a planned TMA
+    kernel whose K map the launch cannot encode fails instead of running the
+    cp.async kernel (kernels/sm90/tma_host.h) and a passing case ran the kernel it
+    planned; afterwards, nothing may be left flagged in the device error word."""
+    import torch
+
+    import verify_attn
+    from verify_attn import errors
+
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the sm_90a kernels")
+    for name in ("VERIFY_ATTN_FORCE_CONFIG", "VERIFY_ATTN_K_ROWS_TMA"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("VERIFY_ATTN_REQUIRE_K_TMA", "1")
+    errors._reset_for_tests()
+    yield
+    verify_attn.check_errors()
+
+
 _TOOLS = {}
 
 

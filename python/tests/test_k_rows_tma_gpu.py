@@ -29,23 +29,10 @@ from verify_attn import errors, masks, reference
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU"),
+    pytest.mark.usefixtures("sm90_tma_env"),  # conftest.py: sm_90 only, VERIFY_ATTN_REQUIRE_K_TMA=1
 ]
 DEV = "cuda"
 GATHER = "mla_wgmma_m64n64_pipe_rows"
-
-
-@pytest.fixture(autouse=True)
-def _sm90(monkeypatch):
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("the sm_90a kernels")
-    for name in ("VERIFY_ATTN_FORCE_CONFIG", "VERIFY_ATTN_K_ROWS_TMA"):
-        monkeypatch.delenv(name, raising=False)
-    # A planned TMA kernel whose K map the launch cannot encode fails instead of
-    # running the cp.async kernel: a passing TMA case ran the TMA kernel.
-    monkeypatch.setenv("VERIFY_ATTN_REQUIRE_K_TMA", "1")
-    errors._reset_for_tests()
-    yield
-    verify_attn.check_errors()
 
 
 def slot_layout(kind, kv_len, rng, free):

@@ -25,23 +25,11 @@ from verify_attn import errors, masks, reference
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU"),
+    pytest.mark.usefixtures("sm90_tma_env"),  # conftest.py: sm_90 only, VERIFY_ATTN_REQUIRE_K_TMA=1
 ]
 DEV = "cuda"
 TMA = "mla_wgmma_seesaw_tma"
 GATHER = "mla_wgmma_m64n64_pipe_rows"
-
-
-@pytest.fixture(autouse=True)
-def _sm90(monkeypatch):
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("the sm_90a kernels")
-    monkeypatch.delenv("VERIFY_ATTN_FORCE_CONFIG", raising=False)
-    # A planned TMA kernel whose K map cannot be encoded fails instead of running
-    # the cp.async kernel (kernels/sm90/tma_host.h): a passing case ran the kernel it planned.
-    monkeypatch.setenv("VERIFY_ATTN_REQUIRE_K_TMA", "1")
-    errors._reset_for_tests()
-    yield
-    verify_attn.check_errors()  # nothing left flagged by a passing case
 
 
 def make(seed, page_size, q_lens, prefixes, heads=16, dtype=torch.bfloat16, width=576):

@@ -233,24 +233,41 @@ def _run(k, arch, backend_name, page_size, topk, n, trees, mask_layout, prefix_l
 
 
 # page_size 64: the backend passes the kv_slot_runs hint (asserted below); MLA then runs the
-# rows-map TMA kernel (kernels/plan.cc), GQA the portable one.
+# rows-map TMA kernel on sm_90 (kernels/plan.cc; the plan of every call is pinned below), GQA
+# the portable one.
 VS_CONFIGS = list(itertools.product(("mla", "gqa"), (1, 4), PAGE_SIZES + (64,)))
+ROWS_TMA = "mla_wgmma_seesaw_tma_rows"
 
 
 @pytest.mark.parametrize("arch,topk,page_size", VS_CONFIGS)
-def test_vs_triton(arch, topk, page_size):
+def test_vs_triton(arch, topk, page_size, monkeypatch):
+    import verify_attn
+
     k = _kit()
     n = 16
     rng = random.Random(1000 * topk + page_size)
     prefix_lens = (5, 37, 64, 100)  # page-aligned and not; MAX_CTX 128 >= prefix + 16
     trees = [_tree_parents(topk, n, rng) for _ in prefix_lens]
     tri, ref, tb = _run(k, arch, "triton", page_size, topk, n, trees, "full", prefix_lens)
+    # Which configuration each of our calls planned (verify_attn.plan_info on the very
+    # arguments the backend passes; it launches nothing).
+    planned = []
+    launch = verify_attn.tree_attention_paged
+
+    def recording(*args, **kw):
+        plan_kw = {name: val for name, val in kw.items() if name not in ("out", "lse")}
+        planned.append(verify_attn.plan_info(*args, **plan_kw)["name"])
+        return launch(*args, **kw)
+
+    monkeypatch.setattr(verify_attn, "tree_attention_paged", recording)
     ours, ref2, vb = _run(k, arch, "verify_attn", page_size, topk, n, trees, "qlen", prefix_lens)
     ours_full, _, _ = _run(k, arch, "verify_attn", page_size, topk, n, trees, "full", prefix_lens)
     from verify_attn_sglang.backend import VerifyAttnBackend
 
     assert isinstance(vb, VerifyAttnBackend) and vb.va_enabled, getattr(vb, "va_reason", None)
     assert vb._va_slot_runs == (64 if page_size == 64 else 1), vb._va_slot_runs
+    rows_tma = arch == "mla" and page_size == 64 and torch.cuda.get_device_capability() == (9, 0)
+    assert planned and all((name == ROWS_TMA) == rows_tma for name in planned), planned
     assert type(tb).__name__ == "TritonAttnBackend"
     assert torch.equal(ref, ref2)  # same weights and inputs in both fixtures
     e_ours_tri = (ours - tri).abs().max().item()
