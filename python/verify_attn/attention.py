@@ -895,9 +895,10 @@ def tree_attention_paged(
         Any slot layout gives correct results either way; only the speed
         depends on the hint (H200, slots in runs of 64: 3-18% faster than
         without it on the MLA bench rows, 0.94-1.03x FlashMLA's page-64
-        chain, within 2% of page_size 64, BENCHMARKS.md session 20; a hint
-        that does not hold is slower, the producer then gathers the tiles
-        itself).
+        chain, within 2% of page_size 64, BENCHMARKS.md session 20). A hint
+        that does not hold is slower: the producer then gathers the tiles
+        itself (fully scattered slots: 1.3-1.7x the time without the hint,
+        BENCHMARKS.md session 21).
       other arguments: as in :func:`tree_attention_flat`; ``max_kv_len`` is
         computed from ``kv_len`` when None (host sync).
 
