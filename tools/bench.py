@@ -61,7 +61,7 @@ flags.DEFINE_bool("hint_slot_runs", True, "Pass --slot_runs to verify_attn as it
                   "SGLang plugin passes its --page-size); false: the same slots without the hint.")
 flags.DEFINE_integer("kv_slot_runs_hint", None, "Tuning only: pass this kv_slot_runs hint whatever the slots are "
                      "(e.g. 64 with --slot_runs=1: the rows kernel gathering every tile, a hint that does not "
-                     "hold); default: --slot_runs as --hint_slot_runs says.")
+                     "hold; 0 or 1: no hint); default: --slot_runs as --hint_slot_runs says.")
 flags.DEFINE_string("baselines_dir", None, "Staged SGLang kernels and FlashMLA wheel (tools/fetch_baselines.sh); "
                     "default <repo>/.gpu_stage/baselines.")
 # Every name --baselines accepts (build_impls maps each to its adapters).
@@ -161,6 +161,10 @@ def flag_errors():
         errs.append(f"--page_size: must be >= 1 (got {FLAGS.page_size})")
     if FLAGS.slot_runs < 1 or (FLAGS.slot_runs > 1 and FLAGS.page_size != 1):
         errs.append(f"--slot_runs: must be >= 1, and 1 unless --page_size=1 (got {FLAGS.slot_runs})")
+    hint = FLAGS.kv_slot_runs_hint
+    if hint is not None and (hint < 0 or (hint > 1 and FLAGS.page_size != 1)):
+        errs.append(f"--kv_slot_runs_hint: must be >= 0 (0 or 1: no hint), and <= 1 unless --page_size=1 "
+                    f"(got {hint})")
     if FLAGS.time_budget_s is not None and not FLAGS.time_budget_s > 0:
         errs.append(f"--time_budget_s: must be > 0 seconds, or left unset for no limit (got {FLAGS.time_budget_s:g})")
     if FLAGS.warmup < 0:

@@ -45,7 +45,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=1,
                     help="timed rounds of 10 launches; the median round is printed")
     ap.add_argument("--graph", action="store_true",
-                    help="time CUDA-graph replays as the bench does (no host cost in the figure)")
+                    help="time CUDA-graph replays (no host cost in the figure); one input set, unlike the "
+                         "bench's rotation: L2-warm when the KV fits in L2")
     ap.add_argument("--target_ms", type=float, default=100.0, help="--graph: replay time to measure")
     ap.add_argument("--num_splits", type=int, default=0)
     ap.add_argument("--impl", default="verify_attn", choices=["verify_attn", "flashmla"])
@@ -104,17 +105,21 @@ def main():
 
 
 def timing_name(a):
-    return "graph replay median" if a.graph else "eager, median of %d rounds" % max(a.rounds, 1)
+    if a.graph:
+        return "graph replay median, one input set"
+    n = max(a.rounds, 1)
+    return "eager, median of %d rounds" % n if n > 1 else "eager, one round"
 
 
 def time_rounds(call, a):
     """--graph: the bench's CUDA-graph timing (tools/benchlib/timing.py: median replay,
-    about --target_ms of replays). Else eager launches, CUDA events: the median over
+    about --target_ms of replays) of this one input set (the bench rotates several
+    when they fit in L2). Else eager launches, CUDA events: the median over
     --rounds of a round's mean (us)."""
     if a.graph:
         from benchlib.timing import time_graph  # tools/benchlib (this script's folder)
 
-        return time_graph([call], "cuda", target_ms=a.target_ms).median_us
+        return time_graph([call], "cuda", warmup=a.iters, target_ms=a.target_ms).median_us
     for _ in range(a.iters):
         call()
     torch.cuda.synchronize()

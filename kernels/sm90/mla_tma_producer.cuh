@@ -81,7 +81,7 @@ __device__ __forceinline__ void issue_group_boxes(const KernelParams& p, int g, 
 // H16 T64 L32k 233 us, the cp.async kernel 146). Measured slower still
 // (BENCHMARKS session 21): the copies handed to the barriers by
 // cp.async.mbarrier.arrive without waiting, the consumers fencing after their
-// waits, 436-453 us; one bulk tensor copy per row and block (a 64 x 1 box:
+// waits, 436-453 us over the variants tried; one bulk tensor copy per row and block (a 64 x 1 box:
 // 576 per tile; the 128-byte swizzle follows the shared-memory address, so
 // the rows land right), 671 us.
 template <class Shape>

@@ -260,6 +260,11 @@ def test_vs_triton(arch, topk, page_size, monkeypatch):
         return launch(*args, **kw)
 
     monkeypatch.setattr(verify_attn, "tree_attention_paged", recording)
+    # ... and that it ran: a planned TMA kernel whose K map cannot be encoded fails
+    # instead of falling back to the cp.async kernel (kernels/sm90/tma_host.h).
+    for name in ("VERIFY_ATTN_FORCE_CONFIG", "VERIFY_ATTN_K_ROWS_TMA"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("VERIFY_ATTN_REQUIRE_K_TMA", "1")
     ours, ref2, vb = _run(k, arch, "verify_attn", page_size, topk, n, trees, "qlen", prefix_lens)
     ours_full, _, _ = _run(k, arch, "verify_attn", page_size, topk, n, trees, "full", prefix_lens)
     from verify_attn_sglang.backend import VerifyAttnBackend
