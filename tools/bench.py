@@ -153,6 +153,14 @@ def default_paths():
     return json_out, plot_out
 
 
+def kv_slot_runs_hint():
+    """The kv_slot_runs hint the bench gives verify_attn (benchlib.inputs.build_case):
+    --kv_slot_runs_hint when set, else --slot_runs (None) or none (1) as --hint_slot_runs says."""
+    if FLAGS.kv_slot_runs_hint is not None:
+        return FLAGS.kv_slot_runs_hint
+    return None if FLAGS.hint_slot_runs else 1
+
+
 def flag_errors():
     """Usage errors in the flags, each naming its flag (checked before anything is
     measured or the GPU is touched); empty when they are consistent."""
@@ -299,7 +307,7 @@ def main(argv):
     impls = build_impls(FLAGS.dry_run, baselines_dir)
     opts = runner.Options(
         device=device, page_size=FLAGS.page_size, slot_runs=FLAGS.slot_runs,
-        hint_slot_runs=FLAGS.hint_slot_runs, kv_slot_runs_hint=FLAGS.kv_slot_runs_hint, seed=FLAGS.seed,
+        kv_slot_runs_hint=kv_slot_runs_hint(), seed=FLAGS.seed,
         graph=FLAGS.graph and not FLAGS.dry_run, rotate=FLAGS.rotate, warmup=FLAGS.warmup,
         target_ms=FLAGS.target_ms if not FLAGS.dry_run else min(FLAGS.target_ms, 20.0),
         min_iters=FLAGS.min_iters if not FLAGS.dry_run else 2,

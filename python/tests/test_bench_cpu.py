@@ -979,6 +979,8 @@ def test_bench_baselines_flag_flashmla(tmp_path):
     (["--baselines=flex,nope"], "--baselines: unknown 'nope'; expected some of sglang_extend, sglang_chain, "
                                 "flex, flashinfer, flashmla, sglang_backend"),
     (["--page_size=0"], "--page_size: must be >= 1"),
+    (["--kv_slot_runs_hint=-1"], "--kv_slot_runs_hint: must be >= 0"),
+    (["--page_size=64", "--kv_slot_runs_hint=64"], "--kv_slot_runs_hint: must be >= 0 (0 or 1: no hint), and <= 1"),
     (["--compare_configs=mla_m32n32_s1,bogus"], "--compare_configs: unknown 'bogus'; expected some of "
                                                 "mla_m64n32_s2, mla_m32n32_s2, mla_m32n32_s1, gqa_d64_m64n64_s2"),
 ])
@@ -988,6 +990,26 @@ def test_bench_flag_errors(args, match):
         bench.FLAGS(["bench"] + args)
         errs = bench.flag_errors()
         assert len(errs) == 1 and errs[0].startswith(match), errs
+    finally:
+        bench.FLAGS.unparse_flags()
+
+
+@pytest.mark.parametrize("args,hint,expect", [
+    ([], None, 8),                                   # --slot_runs passed as the hint, as SGLang does
+    (["--hint_slot_runs=false"], 1, 1),              # the same slots without it
+    (["--kv_slot_runs_hint=64"], 64, 64),            # tuning: a hint the slots do not hold
+    (["--hint_slot_runs=false", "--kv_slot_runs_hint=0"], 0, 0),
+])
+def test_bench_kv_slot_runs_hint(args, hint, expect):
+    """One hint reaches verify_attn (Case.kv_slot_runs): --kv_slot_runs_hint over --hint_slot_runs."""
+    bench = _bench_module()
+    try:
+        bench.FLAGS(["bench", "--page_size=1", "--slot_runs=8"] + args)
+        assert bench.flag_errors() == []
+        assert bench.kv_slot_runs_hint() == hint
+        shp = shapes.Shape("mla", 2, 2, 1, 576, 512, 5, 9, "ddtree")
+        case = inputs.build_case(shp, "cpu", page_size=1, seed=3, slot_runs=8, kv_slot_runs_hint=hint)
+        assert case.kv_slot_runs == expect
     finally:
         bench.FLAGS.unparse_flags()
 

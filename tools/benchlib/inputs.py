@@ -161,16 +161,16 @@ def sglang_full_mask(tree_mask: torch.Tensor, qo_indptr: torch.Tensor, prefix_le
 
 
 def build_case(shape, device, *, page_size: int = 1, seed: int = 0, slot_runs: int = 1,
-               hint_slot_runs: bool = True, kv_slot_runs_hint: Optional[int] = None) -> Case:
+               kv_slot_runs_hint: Optional[int] = None) -> Case:
     """Random trees and a scattered page table for ``shape`` (no values yet).
 
     ``slot_runs`` (page_size 1 only): the token slots of a request come in runs
     of that many consecutive slots (the pool's pages of ``slot_runs`` slots
     scattered at random, as SGLang's token slots of a ``--page-size`` pool);
-    1 scatters every slot. ``hint_slot_runs``: pass it to verify_attn as its
-    ``kv_slot_runs`` hint (``Case.kv_slot_runs``), as the SGLang plugin does.
-    ``kv_slot_runs_hint`` (tuning): that hint instead, whether or not the slots
-    hold it.
+    1 scatters every slot. ``kv_slot_runs_hint``: the ``kv_slot_runs`` hint
+    verify_attn is given (``Case.kv_slot_runs``); None: ``slot_runs``, as the
+    SGLang plugin passes its page size; 1: none; any other value whether or not
+    the slots hold it (tuning).
     """
     device = torch.device(device)
     if page_size < 1:
@@ -225,8 +225,7 @@ def build_case(shape, device, *, page_size: int = 1, seed: int = 0, slot_runs: i
         token_slots=token_slots, draft_slots=draft_slots,
         prefix_indptr=_indptr(prefix_lens, device), prefix_slots=prefix_slots,
         prefix_lens_t=torch.tensor(prefix_lens, dtype=torch.int32, device=device),
-        kv_slot_runs=(kv_slot_runs_hint if kv_slot_runs_hint is not None
-                      else slot_runs if hint_slot_runs else 1),
+        kv_slot_runs=slot_runs if kv_slot_runs_hint is None else kv_slot_runs_hint,
     )
 
 

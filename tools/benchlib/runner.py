@@ -44,8 +44,7 @@ class Options:
     device: str = "cuda"
     page_size: int = 1
     slot_runs: int = 1          # page_size 1: slots in runs of this many (inputs.build_case)
-    hint_slot_runs: bool = True  # ... passed to verify_attn as its kv_slot_runs hint
-    kv_slot_runs_hint: Optional[int] = None  # tuning: this hint instead, whatever the slots
+    kv_slot_runs_hint: Optional[int] = None  # verify_attn's hint; None: slot_runs (inputs.build_case)
     seed: int = 0
     graph: bool = True
     rotate: bool = True
@@ -263,8 +262,7 @@ def run_shape(shape, impls: Sequence[Impl], opts: Options, ceil: floor.Ceilings,
                                   f"{budget / 2**30:.1f} GiB available")
             n_sets = max(1, min(n_sets, budget // max(per_set, 1)))
         case = inputs_mod.build_case(shape, device, page_size=opts.page_size, seed=opts.seed,
-                                       slot_runs=opts.slot_runs, hint_slot_runs=opts.hint_slot_runs,
-                                       kv_slot_runs_hint=opts.kv_slot_runs_hint)
+                                       slot_runs=opts.slot_runs, kv_slot_runs_hint=opts.kv_slot_runs_hint)
         sets = [inputs_mod.make_inputs(case, i) for i in range(n_sets)]
         row["input_sets"] = n_sets
     except Exception as e:  # noqa: BLE001
