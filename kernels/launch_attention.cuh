@@ -159,11 +159,24 @@ va_status launch_one(const KernelParams& kp, const Plan& plan, int dtype, void* 
   }
 }
 
+template <class Shape, class Loader>
+va_status launch_shape(const KernelParams& kp, const Plan& plan, int dtype, void* stream) {
+  if (dtype == VA_DTYPE_BF16) return launch_one<Shape, __nv_bfloat16, Loader>(kp, plan, dtype, stream);
+  return launch_one<Shape, half, Loader>(kp, plan, dtype, stream);
+}
+
 template <int ID, class Loader>
 va_status launch_config(const KernelParams& kp, const Plan& plan, int dtype, void* stream) {
   using Shape = typename ConfigShape<ID>::type;
-  if (dtype == VA_DTYPE_BF16) return launch_one<Shape, __nv_bfloat16, Loader>(kp, plan, dtype, stream);
-  return launch_one<Shape, half, Loader>(kp, plan, dtype, stream);
+  if constexpr (uses_tma<Shape>()) {
+    if constexpr (!(Shape::kRowsGather && !Loader::kPaged)) {  // (rows map: paged only)
+      // The instance that skips invisible draft tiles (Plan::skip_draft_tiles).
+      using Skip = TileShapeWgmmaMla<Shape::kPipelinedS, Shape::kStagedRows, true,
+                                     Shape::kRowsGather, true>;
+      if (plan.skip_draft_tiles) return launch_shape<Skip, Loader>(kp, plan, dtype, stream);
+    }
+  }
+  return launch_shape<Shape, Loader>(kp, plan, dtype, stream);
 }
 
 template <class Loader>

@@ -28,6 +28,8 @@ template <int DQK_, int DV_, bool V_IS_K_, int WARPS_M_, int WARPS_N_, int N_, i
           int MIN_BLOCKS_ = 1>
 struct TileShape {
   static constexpr bool kWgmma = false;
+  // Visits every KV tile of its range (kernels/core/request.cuh, kv_tile).
+  static constexpr bool kSkipDraftTiles = false;
   static constexpr int kRowsPerWarp = 16;
   static constexpr int kMinBlocks = MIN_BLOCKS_;
   static constexpr int kDqk = DQK_;
@@ -66,6 +68,7 @@ struct TileShape {
 template <int DQK_, int DV_, int WARPS_M_, int WARPS_D_, int N_, int STAGES_>
 struct TileShapeR32 {
   static constexpr bool kWgmma = false;
+  static constexpr bool kSkipDraftTiles = false;
   static constexpr int kRowsPerWarp = 32;
   static constexpr int kMinBlocks = 1;
   static constexpr int kDqk = DQK_;
@@ -112,13 +115,19 @@ struct TileShapeR32 {
 // the rows map, tiles of consecutive slots boxed and the others gathered by
 // the producer (kernels/sm90/mla_tma_producer.cuh), for the kv_slot_runs hint;
 // a separate instantiation, so that the page-size-64 kernel stays as it was.
+// SKIP_DRAFT_TILES (with SEESAW_TMA): the instance that does not visit a
+// tree's draft-only KV tiles no row of the CTA sees (kernels/core/request.cuh,
+// kv_tile); the plan picks it for trees of more than eight tiles of drafts
+// (Plan::skip_draft_tiles), so the other calls run the kernel without it.
 template <bool PIPELINED_S, bool STAGED_ROWS = false, bool SEESAW_TMA = false,
-          bool ROWS_GATHER = false>
+          bool ROWS_GATHER = false, bool SKIP_DRAFT_TILES = false>
 struct TileShapeWgmmaMla {
   static constexpr bool kWgmma = true;
   static constexpr bool kSeesawTma = SEESAW_TMA;
   static constexpr bool kRowsGather = ROWS_GATHER;
   static_assert(!ROWS_GATHER || SEESAW_TMA, "the rows-map gathers are the TMA kernel's");
+  static_assert(!SKIP_DRAFT_TILES || SEESAW_TMA, "only the TMA kernel skips draft tiles");
+  static constexpr bool kSkipDraftTiles = SKIP_DRAFT_TILES;
   // Producer: row offsets of the next tile resolved one per thread into
   // shared memory (kRowBytes), see mla_wgmma_kernel.cuh (the default), or
   // looked up by every copying thread (false).
@@ -249,7 +258,8 @@ VA_HOST_DEVICE inline int row_tile_kv_tiles(int row0, int M, int R, int G, int k
 }
 
 // Work-list entry of grid block (x, y, z): request x / Hkv, KV head x % Hkv,
-// row tile y (folded rows [y M, (y+1) M)), split z. Partial results of split z
+// row tile Y - 1 - y of the grid's Y (folded rows [r M, (r+1) M) for row tile r: the
+// longest first, kernels/core/request.cuh), split z. Partial results of split z
 // for output row (token, head) live at workspace row z * ws_rows + token * Hq + head.
 VA_HOST_DEVICE inline int64_t workspace_row(int split, int64_t ws_rows, int64_t token,
                                             int num_qo_heads, int head) {
@@ -261,6 +271,11 @@ struct Plan {
   int group;             // query rows folded per KV head and token (Hq / Hkv)
   int row_tiles;         // ceil(max_q_len * group / M)
   int splits;            // KV splits (grid z)
+  // The TMA kernel's instance that skips invisible draft tiles
+  // (TileShapeWgmmaMla's SKIP_DRAFT_TILES): TREE masks with max_q_len > 8 N on
+  // the TMA configurations (kernels/plan.cc). Chains and shorter trees run the
+  // kernel without the per-visit tile lookup.
+  bool skip_draft_tiles;
   int64_t ws_rows;       // total_q * num_qo_heads (rows of the partial arrays)
   size_t ws_o_bytes;     // splits * ws_rows * Dv * 4 (0 when splits == 1)
   size_t workspace_bytes;

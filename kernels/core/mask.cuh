@@ -95,18 +95,78 @@ struct RequestMask {
   }
 };
 
+// TREE, the KV tiles a row tile visits: bit k of the result is set when mask
+// word w (draft columns 32 w .. 32 w + 31) has a set bit x in the draft-only
+// tile first_draft + k, where first_draft = ceil(prefix / N) is the first tile
+// without a prefix column and off = first_draft * N - prefix the draft columns
+// that share the last prefix tile (always visited, so not represented here).
+// N >= 32: a word's columns lie in at most two tiles. Tiles k >= 64 are not
+// represented (kernels/core/request.cuh visits every tile then).
+VA_MASK_HD uint64_t draft_word_tiles(uint32_t x, int w, int off, int N) {
+  if (x == 0u) return 0ull;
+  const int s = 32 * w - off;          // draft-only column of bit 0 (> -N)
+  const int k = s < 0 ? -1 : s / N;    // tile of bit 0 (-1: the last prefix tile)
+  const int b = (k + 1) * N - s;       // first bit in tile k + 1, in (0, N]
+  const uint32_t lo = b >= 32 ? x : x & ((1u << b) - 1u);
+  const uint32_t hi = b >= 32 ? 0u : x >> b;
+  uint64_t out = 0ull;
+  if (lo != 0u && k >= 0 && k < 64) out |= 1ull << k;
+  if (hi != 0u && k + 1 < 64) out |= 1ull << (k + 1);
+  return out;
+}
+
+VA_MASK_HD int popc32(uint32_t x) {
+#ifdef __CUDA_ARCH__
+  return __popc(x);
+#else
+  return __builtin_popcount(x);
+#endif
+}
+
+// The n-th (from 0) set bit of m, -1 if m has n or fewer set bits (or n < 0):
+// straight-line, narrowing to the half that holds it by bit counts.
+VA_MASK_HD int nth_set_bit64(uint64_t m, int n) {
+  if (n < 0) return -1;
+  int b = 0;
+  uint32_t x = static_cast<uint32_t>(m);
+  int c = popc32(x);
+  if (n >= c) {
+    n -= c;
+    x = static_cast<uint32_t>(m >> 32);
+    b = 32;
+  }
+#pragma unroll
+  for (int w = 16; w > 0; w >>= 1) {
+    c = popc32(x & ((1u << w) - 1u));
+    if (n >= c) {
+      n -= c;
+      x >>= w;
+      b += w;
+    }
+  }
+  return (n == 0 && (x & 1u) != 0u) ? b : -1;
+}
+
 #ifdef __CUDACC__
-// TREE: the highest draft column c (< q_len) that a row of the folded rows
-// [row0, min(row0 + M, R)) sees, -1 if none (`group` folded rows per token;
-// token t's mask words start at tree_mask + (q_start + t) * mask_words): the
-// tile's KV range can end at prefix + c + 1 (past it every score of the tile
-// is masked, so the tiles there would add exact zeros; kernels/core/request.cuh).
+// TREE, over the folded rows [row0, min(row0 + M, R)) (`group` folded rows
+// per token; token t's mask words start at tree_mask + (q_start + t) *
+// mask_words): `last`, the highest draft column c (< q_len) that a row sees
+// (-1 if none): the tile's KV range can end at prefix + c + 1 (past it every
+// score of the tile is masked, so the tiles there would add exact zeros;
+// kernels/core/request.cuh); and `tiles`, the draft-only KV tiles with a
+// visible column (draft_word_tiles' bits, for `off` and N).
 // Warp-cooperative (every lane of the warp calls it, all warps alike; the
 // result is warp-uniform): the rows' tokens x mask words are spread over the
 // lanes, four loads in flight per lane.
-__device__ __forceinline__ int tree_last_visible_draft(const uint32_t* tree_mask, int mask_words,
-                                                       int group, int q_start, int q_len, int row0,
-                                                       int M, int R) {
+// kTiles = false: `tiles` is 0 (not computed).
+struct TreeDraftScan {
+  int last;
+  uint64_t tiles;
+};
+template <bool kTiles>
+__device__ __forceinline__ TreeDraftScan tree_scan_drafts(const uint32_t* tree_mask, int mask_words,
+                                                          int group, int q_start, int q_len,
+                                                          int row0, int M, int R, int off, int N) {
   const int t0 = row0 / group;
   const int t1 = ((row0 + M < R ? row0 + M : R) - 1) / group;
   const int q_words = (q_len + 31) >> 5;
@@ -114,16 +174,25 @@ __device__ __forceinline__ int tree_last_visible_draft(const uint32_t* tree_mask
   const int n = (t1 - t0 + 1) * words;
   const int lane = threadIdx.x & 31;
   int best = -1;
+  uint64_t tiles = 0ull;
 #pragma unroll 4
   for (int i = lane; i < n; i += 32) {
     const int tok = t0 + i / words, w = i - (i / words) * words;
     uint32_t x = __ldg(tree_mask + static_cast<int64_t>(q_start + tok) * mask_words + w);
     if (w == q_words - 1 && (q_len & 31) != 0) x &= (1u << (q_len & 31)) - 1u;  // c < q_len only
     if (x != 0u) best = max(best, 32 * w + 31 - __clz(x));
+    if (kTiles) tiles |= draft_word_tiles(x, w, off, N);
   }
+  uint32_t lo = static_cast<uint32_t>(tiles), hi = static_cast<uint32_t>(tiles >> 32);
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) best = max(best, __shfl_xor_sync(0xffffffffu, best, o));
-  return best;
+  for (int o = 16; o > 0; o >>= 1) {
+    best = max(best, __shfl_xor_sync(0xffffffffu, best, o));
+    if (kTiles) {
+      lo |= __shfl_xor_sync(0xffffffffu, lo, o);
+      hi |= __shfl_xor_sync(0xffffffffu, hi, o);
+    }
+  }
+  return {best, (static_cast<uint64_t>(hi) << 32) | lo};
 }
 #endif  // __CUDACC__
 

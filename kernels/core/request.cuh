@@ -22,23 +22,42 @@ struct RequestTile {
   int row0;        // first folded row of this CTA
   int kv_len;      // KV rows (prefix + q_len)
   int prefix;      // kv_len - q_len
-  int tile_begin;  // this split's KV tiles [tile_begin, tile_end) of N rows
-  int tile_end;
+  int tile_begin;  // this split's visits [tile_begin, tile_end): KV tiles of N rows,
+  int tile_end;    // visit v is KV tile kv_tile<kSkip>(*this, v)
+  int first_draft_tile;  // visits below it are KV tiles v (identity)
+  uint64_t draft_tiles;  // then the tiles first_draft_tile + k of its set bits k, in order
 };
+
+// The KV tile (of N rows) of visit v: v itself below first_draft_tile, then
+// the set bits of draft_tiles; v itself in a kernel that does not skip
+// (kSkip = its Shape::kSkipDraftTiles: no lookup compiled there).
+template <bool kSkip>
+__device__ __forceinline__ int kv_tile(const RequestTile& t, int v) {
+  if (!kSkip || v < t.first_draft_tile) return v;
+  return t.first_draft_tile + nth_set_bit64(t.draft_tiles, v - t.first_draft_tile);
+}
 
 enum RequestStatus { kRequestRun = 0, kRequestSkip = 1, kRequestNanRows = 2 };
 
 constexpr int kMaxKvLen = 0x7fffffff;  // kv lengths are int32 (kernels/verify_attn.h)
 
 // M folded rows per CTA, N KV rows per tile. The grid is
-// (request * Hkv + kv head, row tile, split).
-template <class Loader>
+// (request * Hkv + kv head, row tile from the last, split).
+// kSkipDraftTiles: the kernel's Shape::kSkipDraftTiles (below).
+template <bool kSkipDraftTiles, class Loader>
 __device__ __forceinline__ int request_tile(const KernelParams& p, const Loader& loader, int M,
                                             int N, RequestTile* t) {
   const int req = blockIdx.x / p.num_kv_heads;
   const int hk = blockIdx.x % p.num_kv_heads;
   const int split = blockIdx.z;
-  const bool first_cta = hk == 0 && blockIdx.y == 0 && split == 0 && threadIdx.x == 0;
+  // Row tiles go longest first: grid row y takes row tile gridDim.y - 1 - y.
+  // Under CAUSAL or a tree the last row tiles see the most KV tiles, and the
+  // block scheduler starts CTAs in launch order, so a grid of more than one
+  // wave starts its long CTAs first and ends on short ones (longest-processing-
+  // time-first, as FlashAttention-3's LPT tile scheduler orders causal blocks).
+  const int row_tile = static_cast<int>(gridDim.y) - 1 - static_cast<int>(blockIdx.y);
+  // Reports request-level errors once: row tile 0 exists whenever q_len > 0.
+  const bool first_cta = hk == 0 && row_tile == 0 && split == 0 && threadIdx.x == 0;
   const int q_start = __ldg(p.qo_indptr + req);
   const int q_end = __ldg(p.qo_indptr + req + 1);
   if (q_start < 0 || q_end < q_start || q_end > p.total_q) {
@@ -58,7 +77,7 @@ __device__ __forceinline__ int request_tile(const KernelParams& p, const Loader&
   t->R = t->q_len * p.group;
   if (first_cta && t->R > static_cast<int>(gridDim.y) * M)  // q_len > max_q_len: rows unwritten
     report_error(p.error_word, kErrQoIndptr, req, t->q_len, -1);
-  t->row0 = blockIdx.y * M;
+  t->row0 = row_tile * M;
   if (t->row0 >= t->R) return kRequestSkip;
   t->kv_len = loader.kv_len();
   // A device kv_len this close to 2^31 would overflow the int tile arithmetic
@@ -77,18 +96,38 @@ __device__ __forceinline__ int request_tile(const KernelParams& p, const Loader&
   // CAUSAL: no row of the tile sees draft columns past its last token.
   int num_tiles =
       row_tile_kv_tiles(t->row0, M, t->R, p.group, t->kv_len, t->prefix, p.causal != 0, N);
+  // Visits are KV tiles 0, 1, ... (kv_tile): every tile of the range unless
+  // the kernel skips invisible draft tiles (below).
+  t->first_draft_tile = num_tiles;
+  t->draft_tiles = 0ull;
   // TREE with more than two tiles of drafts: no row of the tile sees draft
   // columns past its rows' last visible one (what a chain gets from CAUSAL;
   // trees in topological order: the tile's last token). Below that the scan
   // (about one load latency in the prologue) costs more than it can save.
   if (!p.causal && p.tree_mask != nullptr && t->q_len > 2 * N) {
-    const int c = tree_last_visible_draft(p.tree_mask, p.mask_words, p.group, t->q_start, t->q_len,
-                                          t->row0, M, t->R);
-    int kv_end = t->prefix + c + 1;
+    const int first_draft = (t->prefix + N - 1) / N;  // tiles [0, first_draft) hold prefix rows
+    const int off = first_draft * N - t->prefix;
+    const TreeDraftScan scan = tree_scan_drafts<kSkipDraftTiles>(
+        p.tree_mask, p.mask_words, p.group, t->q_start, t->q_len, t->row0, M, t->R, off, N);
+    int kv_end = t->prefix + scan.last + 1;
     if (kv_end < 1) kv_end = 1;  // at least one (masked) tile, as before: never an empty range
     if (kv_end > t->kv_len) kv_end = t->kv_len;
     const int trimmed = (kv_end + N - 1) / N;
     if (trimmed < num_tiles) num_tiles = trimmed;
+    // kSkipDraftTiles: the draft-only tiles none of the rows sees are not
+    // visited either (a tree's row tile sees its tokens' ancestors, not every
+    // draft before them: DDTree-like 1024 drafts, about 3% of the KV tiles).
+    // Up to 64 draft-only tiles (draft_word_tiles; max_q_len <= 1024 needs 17,
+    // a device q_len past it may need more: then every tile); at least one visit.
+    if (kSkipDraftTiles && t->q_len - off <= 64 * N) {
+      const uint64_t tiles = scan.tiles & low_bits64(num_tiles - first_draft);
+      const int visits = first_draft + __popcll(static_cast<unsigned long long>(tiles));
+      if (visits > 0) {
+        t->first_draft_tile = first_draft;
+        t->draft_tiles = tiles;
+        num_tiles = visits;
+      }
+    }
   }
   split_tile_range(split, p.num_splits, num_tiles, &t->tile_begin, &t->tile_end);
   return kRequestRun;
@@ -168,7 +207,7 @@ __device__ __forceinline__ void copy_q_tile_async(DT* sQ, const KernelParams& p,
 template <class Shape, typename DT, class Loader>
 __device__ __forceinline__ bool start_request(const KernelParams& p, const Loader& loader, int hk,
                                               RequestTile* rt) {
-  const int st = request_tile(p, loader, Shape::kM, Shape::kN, rt);
+  const int st = request_tile<Shape::kSkipDraftTiles>(p, loader, Shape::kM, Shape::kN, rt);
   if (st == kRequestNanRows)
     write_nan_rows<Shape, DT>(p, rt->q_start, rt->R, rt->row0, hk, blockIdx.z);
   return st == kRequestRun;

@@ -98,12 +98,15 @@ __device__ __forceinline__ void acquire_q_tile(unsigned char* sQ, const KernelPa
 // FFMA, s * scale_log2 - base. kMayMask = false: the caller knows the tile is
 // prefix-only (no mask code is emitted, so a loop over such tiles stays
 // compact: the pair loops' mask-free copy, kernels/sm90/mla_seesaw_kernel.cuh).
-template <int N, bool kMayMask = true>
+// kSkipTiles: the kernel's Shape::kSkipDraftTiles (visit `tile` -> KV tile, kv_tile).
+template <int N, bool kMayMask = true, bool kSkipTiles = false>
 __device__ __forceinline__ void mask_scores(float (&s)[32], const KernelParams& p,
                                             const RequestTile& rc, const RequestMask& rmask,
                                             const int (&my_row)[2], int t4, int tile, float (&mx)[2]) {
   mx[0] = mx[1] = -INFINITY;
-  const int j0 = (rc.tile_begin + tile) * N;
+  // (The tile's KV row only where the mask may apply: none of this in a
+  // prefix-only loop.)
+  const int j0 = kMayMask ? kv_tile<kSkipTiles>(rc, rc.tile_begin + tile) * N : 0;
   if (kMayMask && rmask.tile_needs_mask(j0, N)) {
     static_assert(N == 64, "tile_bits covers 64 columns");
     // One row at a time (fragment elements 2h, 2h + 1 of each 8-column block

@@ -141,7 +141,7 @@ __device__ __forceinline__ void issue_k_tiles_rows(const KernelParams& p, const 
   const int kv_len = rt.kv_len;
   // Page ids of this warp's rows of tile i (rows at or past kv_len: not read).
   auto read_ids = [&](int i, int32_t (&id)[2]) {
-    const int j = (rt.tile_begin + i) * N + lane;
+    const int j = kv_tile<Shape::kSkipDraftTiles>(rt, rt.tile_begin + i) * N + lane;
     id[0] = j < kv_len ? loader.page_entry(j) : -1;  // page_size 1: row j's entry is j
     id[1] = j + 32 < kv_len ? loader.page_entry(j + 32) : -1;
   };
@@ -152,7 +152,7 @@ __device__ __forceinline__ void issue_k_tiles_rows(const KernelParams& p, const 
     if (i >= n_tiles) break;  // an odd count's last pair has no tile B (warp-uniform)
     const int32_t id[2] = {next[0], next[1]};
     if (i + 2 < n_tiles) read_ids(i + 2, next);  // pair u + 1's, in flight across the wait
-    const int j = (rt.tile_begin + i) * N + lane;
+    const int j = kv_tile<Shape::kSkipDraftTiles>(rt, rt.tile_begin + i) * N + lane;
     const bool ok0 = j >= kv_len || loader.page_ok(id[0], j);
     const bool ok1 = j + 32 >= kv_len || loader.page_ok(id[1], j + 32);
     if (!ok0 || !ok1) *s_bad_kv = 1;  // zero-filled (gathered); the CTA's rows become NaN
@@ -208,7 +208,8 @@ __device__ __forceinline__ void issue_k_tiles(const KernelParams& p, const Reque
     // (kernels/sm90/mla_seesaw_kernel.cuh), so nothing is copied.
     if (lane == 0 && i < n_tiles) {
       int page = -1, slot = 0;
-      loader.page_coord((rt.tile_begin + i) * N, &page, &slot);
+      const int j0 = kv_tile<Shape::kSkipDraftTiles>(rt, rt.tile_begin + i) * N;  // the tile's first KV row
+      loader.page_coord(j0, &page, &slot);
       // Pair u - 1's readers are done. Suspending up to 1 ms per try instead of
       // polling (mbarrier.try_wait's suspend-time hint; ncu counted 4.1 M polls
       // of this wait per launch): the thread wakes when the phase completes.
@@ -222,7 +223,7 @@ __device__ __forceinline__ void issue_k_tiles(const KernelParams& p, const Reque
       // kv_len (a split's tiles end at ceil(kv_end / N), kv_end <= kv_len:
       // kernels/core/request.cuh). After this pair's copies.
       // (A flat tile: its first and last rows, kernels/loaders: tile_ok.)
-      if ((g & 1) == 0 && !loader.tile_ok((rt.tile_begin + i) * N, rt.kv_len)) *s_bad_kv = 1;
+      if ((g & 1) == 0 && !loader.tile_ok(j0, rt.kv_len)) *s_bad_kv = 1;
     }
     __syncwarp();
   }

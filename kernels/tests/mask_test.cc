@@ -1,7 +1,8 @@
 // RequestMask::tile_bits (kernels/core/mask.cuh) against RequestMask::visible,
 // column by column, on random requests: prefix lengths, q_len up to 100 (one to
 // four mask words, and fewer words than q_len needs), causal and tree masks,
-// rows past the request, tile starts at multiples of 64 and anywhere else.
+// rows past the request, tile starts at multiples of 64 and anywhere else; and
+// draft_word_tiles / nth_set_bit64 (the TMA kernel's skipped draft tiles).
 // Host-compiled: mask.cuh's RowMask / RequestMask are host+device code.
 #include <stdint.h>
 #include <stdio.h>
@@ -76,8 +77,52 @@ int main() {
       for (int k = 0; k < 64; ++k) ((want >> k) & 1) ? ++visible_cols : ++masked_cols;
     }
   }
-  printf("mask_test: %ld columns (%ld visible, %ld masked), %d mismatches\n", columns, visible_cols,
-         masked_cols, failures);
+  // draft_word_tiles against the tile of every set bit (draft-only tiles
+  // first_draft + k, k < 64), and nth_set_bit64 against a scan of the bits.
+  long word_tiles = 0, skipped_bits = 0;
+  for (int c = 0; c < 200000; ++c) {
+    const int N = rng() % 2 == 0 ? 64 : 32;
+    const int prefix = static_cast<int>(rng() % 5 == 0 ? rng() % 3 : rng() % 5000);
+    const int first_draft = (prefix + N - 1) / N;
+    const int off = first_draft * N - prefix;
+    const int w = static_cast<int>(rng() % (rng() % 4 == 0 ? 140 : 4));  // tiles past 63 too
+    uint32_t x = rng();
+    for (int k = static_cast<int>(rng() % 5); k > 0; --k) x &= rng();
+    uint64_t want = 0;
+    for (int b = 0; b < 32; ++b) {
+      if (!((x >> b) & 1u)) continue;
+      const int col = prefix + 32 * w + b;  // KV row of draft column 32 w + b
+      const int k = col / N - first_draft;
+      if (k < 0 || k >= 64) {
+        ++skipped_bits;
+        continue;
+      }
+      want |= 1ull << k;
+    }
+    expect_eq(verify_attn::draft_word_tiles(x, w, off, N), want, "draft_word_tiles", c, w);
+    word_tiles += want != 0;
+    const uint64_t m = (static_cast<uint64_t>(rng()) << 32) | rng();
+    const int n = static_cast<int>(rng() % 66);
+    int want_bit = -1;
+    for (int b = 0, seen = 0; b < 64; ++b) {
+      if ((m >> b) & 1ull) {
+        if (seen++ == n) {
+          want_bit = b;
+          break;
+        }
+      }
+    }
+    expect_eq(static_cast<uint64_t>(verify_attn::nth_set_bit64(m, n)),
+              static_cast<uint64_t>(want_bit), "nth_set_bit64", c, n);
+  }
+  expect_eq(static_cast<uint64_t>(verify_attn::nth_set_bit64(0ull, 0)), ~0ull, "nth_set_bit64(0, 0)", 0, 0);
+  expect_eq(static_cast<uint64_t>(verify_attn::nth_set_bit64(~0ull, 63)), 63ull, "nth_set_bit64(~0, 63)", 0, 0);
+  if (word_tiles < 100000 || skipped_bits < 1000) {
+    fprintf(stderr, "FAIL: degenerate draft_word_tiles cases (%ld, %ld)\n", word_tiles, skipped_bits);
+    return 1;
+  }
+  printf("mask_test: %ld columns (%ld visible, %ld masked), %ld draft words, %d mismatches\n",
+         columns, visible_cols, masked_cols, word_tiles, failures);
   // the random cases must exercise both outcomes heavily
   if (visible_cols < columns / 10 || masked_cols < columns / 10) {
     fprintf(stderr, "FAIL: degenerate random cases\n");

@@ -132,6 +132,29 @@ int main() {
     const std::string tma_rows = "wgmma_bf16_mla_wgmma_seesaw_tma_rows";
     if (sm90a) {
       CHECK(name(p, sm90) == tma, "page_size 64 on sm_90: %s", plan.name);
+      // The TMA kernel's instance that skips invisible draft tiles: trees of
+      // more than eight tiles of drafts only (kernels/plan.cc).
+      {
+        va_params t = p;
+        for (int q_len : {16, 128, 129, 512, 513, 1024}) {
+          t.max_q_len = q_len;
+          t.total_q = q_len;
+          t.mask_words = (q_len + 31) / 32;
+          for (int causal = 0; causal < 2; ++causal) {
+            t.mask_mode = causal ? VA_MASK_CAUSAL : VA_MASK_TREE;
+            const bool want = !causal && q_len > 512;
+            CHECK(name(t, sm90) == tma && plan.skip_draft_tiles == want,
+                  "skip_draft_tiles, q_len %d, causal %d: %s %d", q_len, causal, plan.name,
+                  plan.skip_draft_tiles);
+          }
+        }
+        t.mask_mode = VA_MASK_TREE;
+        CHECK(name(t, sm120).rfind("mma_sync_", 0) == 0 && !plan.skip_draft_tiles,
+              "skip_draft_tiles on sm_120: %s", plan.name);
+        t.page_size = 16;
+        CHECK(name(t, sm90) == gather && !plan.skip_draft_tiles,
+              "skip_draft_tiles on the cp.async kernel: %s", plan.name);
+      }
       va_params q = p;
       q.page_size = 128;
       q.k_stride_page = 128 * 576;
