@@ -119,36 +119,24 @@ va_status launch_one(const KernelParams& kp, const Plan& plan, int dtype, void* 
   } else if constexpr (Shape::kRowsGather && !Loader::kPaged) {
     // Never planned (kernels/plan.cc: page_size 1 only); not compiled for flat caches.
     return va_fail(VA_ERR_UNSUPPORTED, "kv_layout: the rows-map TMA configuration needs a paged cache");
-  } else if constexpr (!Loader::kPaged) {
-    // A flat cache: the rows map (kernels/sm90/tma_host.h, encode_k_rows_tmap),
-    // each tile 64 consecutive rows. The plan picks TMA only for caches that
-    // map can describe (kernels/plan.cc, tma_k_cache_ok); should the driver
-    // still refuse it, the cp.async kernel runs.
-    KernelParams kp_tma = kp;
-    if (!encode_k_rows_tmap(&kp_tma, dtype, /*paged=*/false)) {
-      const va_status req = k_tmap_fallback_status(kp, "rows");
-      if (req != VA_OK) return req;
-      return launch_config<kCfgMlaWgmmaM64N64PR, Loader>(kp, plan, dtype, stream);
-    }
-    const va_status st = encode_q_o_tmaps_checked(&kp_tma, dtype);
-    if (st != VA_OK) return st;
-    return launch_kernel<Shape, DT, Loader>(kp_tma, plan, dtype, stream);
   } else {
-    // The tensor map goes into a copy of the parameters (the caller's stay as
-    // they are). The plan only picks TMA for caches the map's rules accept
-    // (kernels/plan.cc, tma_k_cache_ok); should the driver still refuse the
-    // map, the cp.async kernel (same tile shape, splits and workspace) runs.
+    // The K tensor map goes into a copy of the parameters (the caller's stay
+    // as they are): flat caches (each tile 64 consecutive rows) and kRowsGather
+    // (page_size 1 planned for a kv_slot_runs hint: each tile boxed when its
+    // slots are consecutive, else gathered) through the map of the cache's
+    // rows, paged caches (page_size % 64 == 0) through the page map
+    // (kernels/sm90/tma_host.h). The plan picks TMA only for caches these
+    // maps' rules accept (kernels/plan.cc); should the driver still refuse a
+    // map, the cp.async kernel (same tile shape, splits and workspace) runs,
+    // or, with VERIFY_ATTN_REQUIRE_K_TMA=1, an error (a refused page map's
+    // message, just recorded by encode_k_tmap, goes into it).
+    constexpr bool kRowsMap = !Loader::kPaged || Shape::kRowsGather;
     KernelParams kp_tma = kp;
-    // kRowsGather (page_size 1, planned for a kv_slot_runs hint): the rows map,
-    // each tile boxed when its slots are consecutive, else gathered.
-    const bool ok = Shape::kRowsGather ? encode_k_rows_tmap(&kp_tma, dtype, /*paged=*/true)
-                                       : encode_k_tmap(&kp_tma, dtype) == VA_OK;
+    const bool ok = kRowsMap ? encode_k_rows_tmap(&kp_tma, dtype, /*paged=*/Loader::kPaged)
+                             : encode_k_tmap(&kp_tma, dtype) == VA_OK;
     if (!ok) {
-      // (VERIFY_ATTN_REQUIRE_K_TMA=1: an error instead, kernels/sm90/tma_host.h;
-      // a refused page map's message, just recorded by encode_k_tmap, goes into it)
-      const va_status req =
-          Shape::kRowsGather ? k_tmap_fallback_status(kp, "rows")
-                             : k_tmap_fallback_status(kp, "page", va_last_error_message());
+      const va_status req = kRowsMap ? k_tmap_fallback_status(kp, "rows")
+                                     : k_tmap_fallback_status(kp, "page", va_last_error_message());
       if (req != VA_OK) return req;
       return launch_config<kCfgMlaWgmmaM64N64PR, Loader>(kp, plan, dtype, stream);
     }
