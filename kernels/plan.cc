@@ -336,8 +336,10 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
     plan->workspace_bytes = 0;
   }
   plan->dev = dev;
-  std::snprintf(plan->name, sizeof(plan->name), "%s_%s_%s", d.wgmma ? "wgmma" : "mma_sync",
-                p.dtype == VA_DTYPE_BF16 ? "bf16" : "fp16", d.tag);
+  // "_skip": the TMA kernel's instance that skips invisible draft tiles.
+  std::snprintf(plan->name, sizeof(plan->name), "%s_%s_%s%s", d.wgmma ? "wgmma" : "mma_sync",
+                p.dtype == VA_DTYPE_BF16 ? "bf16" : "fp16", d.tag,
+                plan->skip_draft_tiles ? "_skip" : "");
   return VA_OK;
 }
 

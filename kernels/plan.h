@@ -273,8 +273,8 @@ struct Plan {
   int splits;            // KV splits (grid z)
   // The TMA kernel's instance that skips invisible draft tiles
   // (TileShapeWgmmaMla's SKIP_DRAFT_TILES): TREE masks with max_q_len > 8 N on
-  // the TMA configurations (kernels/plan.cc). Chains and shorter trees run the
-  // kernel without the per-visit tile lookup.
+  // the TMA configurations (kernels/plan.cc; the plan's name ends in "_skip").
+  // Chains and shorter trees run the kernel without the per-visit tile lookup.
   bool skip_draft_tiles;
   int64_t ws_rows;       // total_q * num_qo_heads (rows of the partial arrays)
   size_t ws_o_bytes;     // splits * ws_rows * Dv * 4 (0 when splits == 1)

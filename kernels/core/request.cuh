@@ -54,7 +54,8 @@ __device__ __forceinline__ int request_tile(const KernelParams& p, const Loader&
   // Under CAUSAL or a tree the last row tiles see the most KV tiles, and the
   // block scheduler starts CTAs in launch order, so a grid of more than one
   // wave starts its long CTAs first and ends on short ones (longest-processing-
-  // time-first, as FlashAttention-3's LPT tile scheduler orders causal blocks).
+  // time-first, as FlashAttention-3's LPT tile scheduler orders causal blocks;
+  // within each split, grid z being the slowest-varying index).
   const int row_tile = static_cast<int>(gridDim.y) - 1 - static_cast<int>(blockIdx.y);
   // Reports request-level errors once: row tile 0 exists whenever q_len > 0.
   const bool first_cta = hk == 0 && row_tile == 0 && split == 0 && threadIdx.x == 0;
@@ -117,8 +118,10 @@ __device__ __forceinline__ int request_tile(const KernelParams& p, const Loader&
     // kSkipDraftTiles: the draft-only tiles none of the rows sees are not
     // visited either (a tree's row tile sees its tokens' ancestors, not every
     // draft before them: DDTree-like 1024 drafts, about 3% of the KV tiles).
-    // Up to 64 draft-only tiles (draft_word_tiles; max_q_len <= 1024 needs 17,
-    // a device q_len past it may need more: then every tile); at least one visit.
+    // Up to 64 draft-only tiles (draft_word_tiles; max_q_len <= 1024 needs 16
+    // besides the tile shared with the prefix, a device q_len past it may need
+    // more: then every tile); at least one visit. Page ids of a skipped tile
+    // are not read, so not checked (as for the tiles past the trimmed range).
     if (kSkipDraftTiles && t->q_len - off <= 64 * N) {
       const uint64_t tiles = scan.tiles & low_bits64(num_tiles - first_draft);
       const int visits = first_draft + __popcll(static_cast<unsigned long long>(tiles));

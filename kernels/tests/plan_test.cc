@@ -143,12 +143,24 @@ int main() {
           for (int causal = 0; causal < 2; ++causal) {
             t.mask_mode = causal ? VA_MASK_CAUSAL : VA_MASK_TREE;
             const bool want = !causal && q_len > 512;
-            CHECK(name(t, sm90) == tma && plan.skip_draft_tiles == want,
+            CHECK(name(t, sm90) == (want ? tma + "_skip" : tma) && plan.skip_draft_tiles == want,
                   "skip_draft_tiles, q_len %d, causal %d: %s %d", q_len, causal, plan.name,
                   plan.skip_draft_tiles);
           }
         }
         t.mask_mode = VA_MASK_TREE;
+        va_params r = t;  // page_size 1 with the kv_slot_runs hint: the rows map's instance
+        r.page_size = 1;
+        r.k_stride_page = 576;
+        r.num_pages = 64000;
+        r.kv_slot_runs = 64;
+        CHECK(name(r, sm90) == tma_rows + "_skip" && plan.skip_draft_tiles,
+              "skip_draft_tiles, rows map: %s", plan.name);
+        r.kv_layout = VA_KV_FLAT;
+        r.kv_slot_runs = 0;
+        r.num_kv_rows = 70000;
+        CHECK(name(r, sm90) == tma + "_skip" && plan.skip_draft_tiles, "skip_draft_tiles, flat: %s",
+              plan.name);
         CHECK(name(t, sm120).rfind("mma_sync_", 0) == 0 && !plan.skip_draft_tiles,
               "skip_draft_tiles on sm_120: %s", plan.name);
         t.page_size = 16;

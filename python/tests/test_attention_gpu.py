@@ -492,7 +492,7 @@ def test_many_splits_merge(model, layout, splits):
 @pytest.mark.parametrize("page_size", [1, 64])
 def test_tree_tile_trim_keeps_every_visible_draft(page_size, num_splits):
     """More than 128 drafts: each row tile's KV range ends after the last draft column any of
-    its rows sees (kernels/core/request.cuh, tree_last_visible_draft). Masks that are not in
+    its rows sees (kernels/core/request.cuh, with kernels/core/mask.cuh tree_scan_drafts). Masks that are not in
     topological order must keep every visible column: token 0 also sees its request's LAST
     draft (request 0: bit 11 of the last, partial word), tokens 7k + 3 see every draft up to
     themselves, token 150 sees drafts 180..q_len-1, request 0's tokens 20-23 (one row tile)
