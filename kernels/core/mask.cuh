@@ -95,11 +95,12 @@ struct RequestMask {
   }
 };
 
-// TREE, the KV tiles a row tile visits: bit k of the result is set when mask
-// word w (draft columns 32 w .. 32 w + 31) has a set bit x in the draft-only
-// tile first_draft + k, where first_draft = ceil(prefix / N) is the first tile
-// without a prefix column and off = first_draft * N - prefix the draft columns
-// that share the last prefix tile (always visited, so not represented here).
+// TREE, the KV tiles a row tile visits: bit k of the result is set when a set
+// bit of x, mask word w (draft columns 32 w .. 32 w + 31), lies in the
+// draft-only tile first_draft + k, where first_draft = ceil(prefix / N) is the
+// first tile without a prefix column and off = first_draft * N - prefix the
+// draft columns that share the last prefix tile (always visited, so not
+// represented here).
 // N >= 32: a word's columns lie in at most two tiles. Tiles k >= 64 are not
 // represented (kernels/core/request.cuh visits every tile then).
 VA_MASK_HD uint64_t draft_word_tiles(uint32_t x, int w, int off, int N) {
