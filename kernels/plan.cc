@@ -319,13 +319,14 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
   plan->group = group;
   plan->row_tiles = static_cast<int>(row_tiles);
   plan->splits = static_cast<int>(splits);
-  // Trees of more than 8 tiles of drafts (kernels/core/request.cuh; H200,
-  // DDTree-like trees at L8k: T1024 3% faster with it, T256 1.3% slower, its
-  // per-visit tile lookup costing more than the 0.2% of tiles it skips there;
-  // BENCHMARKS.md session 22).
+  // Trees of more than 4 tiles of drafts (kernels/core/request.cuh). H200,
+  // DDTree-like trees, page 64, B1 H16 (BENCHMARKS.md session 22): with the
+  // skip T1024 L8k -3%, T512 L2k / L4k / L8k -1.5 / -0.8 / -0.8%; T256 L1k /
+  // L4k / L8k +5.3 / +2.8 / +1.3%, its per-visit tile lookup costing more than
+  // the few tiles it skips there.
   plan->skip_draft_tiles =
       (chosen == kCfgMlaWgmmaSeesawTma || chosen == kCfgMlaWgmmaSeesawRows) &&
-      p.mask_mode == VA_MASK_TREE && p.max_q_len > 8 * d.n;
+      p.mask_mode == VA_MASK_TREE && p.max_q_len > 4 * d.n;
   plan->ws_rows = static_cast<int64_t>(p.total_q) * p.num_qo_heads;
   if (splits > 1) {
     plan->ws_o_bytes = static_cast<size_t>(splits) * plan->ws_rows * p.head_dim_vo * sizeof(float);

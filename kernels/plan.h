@@ -117,7 +117,7 @@ struct TileShapeR32 {
 // a separate instantiation, so that the page-size-64 kernel stays as it was.
 // SKIP_DRAFT_TILES (with SEESAW_TMA): the instance that does not visit a
 // tree's draft-only KV tiles no row of the CTA sees (kernels/core/request.cuh,
-// kv_tile); the plan picks it for trees of more than eight tiles of drafts
+// kv_tile); the plan picks it for trees of more than four tiles of drafts
 // (Plan::skip_draft_tiles), so the other calls run the kernel without it.
 template <bool PIPELINED_S, bool STAGED_ROWS = false, bool SEESAW_TMA = false,
           bool ROWS_GATHER = false, bool SKIP_DRAFT_TILES = false>
@@ -272,7 +272,7 @@ struct Plan {
   int row_tiles;         // ceil(max_q_len * group / M)
   int splits;            // KV splits (grid z)
   // The TMA kernel's instance that skips invisible draft tiles
-  // (TileShapeWgmmaMla's SKIP_DRAFT_TILES): TREE masks with max_q_len > 8 N on
+  // (TileShapeWgmmaMla's SKIP_DRAFT_TILES): TREE masks with max_q_len > 4 N on
   // the TMA configurations (kernels/plan.cc; the plan's name ends in "_skip").
   // Chains and shorter trees run the kernel without the per-visit tile lookup.
   bool skip_draft_tiles;

@@ -133,16 +133,16 @@ int main() {
     if (sm90a) {
       CHECK(name(p, sm90) == tma, "page_size 64 on sm_90: %s", plan.name);
       // The TMA kernel's instance that skips invisible draft tiles: trees of
-      // more than eight tiles of drafts only (kernels/plan.cc).
+      // more than four tiles of drafts only (kernels/plan.cc).
       {
         va_params t = p;
-        for (int q_len : {16, 128, 129, 512, 513, 1024}) {
+        for (int q_len : {16, 128, 129, 256, 257, 512, 1024}) {
           t.max_q_len = q_len;
           t.total_q = q_len;
           t.mask_words = (q_len + 31) / 32;
           for (int causal = 0; causal < 2; ++causal) {
             t.mask_mode = causal ? VA_MASK_CAUSAL : VA_MASK_TREE;
-            const bool want = !causal && q_len > 512;
+            const bool want = !causal && q_len > 256;
             CHECK(name(t, sm90) == (want ? tma + "_skip" : tma) && plan.skip_draft_tiles == want,
                   "skip_draft_tiles, q_len %d, causal %d: %s %d", q_len, causal, plan.name,
                   plan.skip_draft_tiles);

@@ -1,6 +1,6 @@
 """Trees whose row tiles do not see every draft tile, on the sm_90a TMA kernel.
 
-With more than 512 drafts the plan runs the TMA kernel's instance that does not visit
+With more than 256 drafts the plan runs the TMA kernel's instance that does not visit
 a draft-only KV tile no row of its CTA sees (kernels/core/request.cuh, ``kv_tile``;
 the plan's name ends in ``_skip``); the cp.async kernel visits every tile up to the
 last visible one. Masks here leave whole draft tiles invisible in the middle of a row

@@ -40,7 +40,7 @@ argument and the request. Device-side data the host never reads (page ids in
 an out-of-range index is never dereferenced, the request's output is invalid
 (NaN), and the device's error word records it (page ids of KV tiles the kernel
 does not read are not checked: draft tiles past every column a query-row tile
-sees, and with more than 512 drafts on the sm_90a TMA kernel the ones in between
+sees, and with more than 256 drafts on the sm_90a TMA kernel the ones in between
 that it does not see); :func:`verify_attn.check_errors`
 raises :class:`verify_attn.KernelInputError` naming the request and the index
 (``verify_attn.set_debug(True)`` / ``VERIFY_ATTN_DEBUG=1``: after every call
@@ -966,7 +966,7 @@ def plan_info(
       multiple of 64, ``mla_wgmma_seesaw_tma_rows`` for page_size 1 with the
       ``kv_slot_runs`` hint (a multiple of 64),
       kernels/sm90/mla_wgmma_kernel.cuh, ``mla_wgmma_m64n64_pipe_rows``, otherwise;
-      a ``_skip`` suffix on the TMA configurations: tree masks with ``max_q_len > 512``,
+      a ``_skip`` suffix on the TMA configurations: tree masks with ``max_q_len > 256``,
       the instance that does not visit the draft KV tiles none of a CTA's rows sees)
       or ``mma_sync`` (the portable kernel, every other case), e.g.
       ``wgmma_bf16_mla_wgmma_seesaw_tma`` or ``mma_sync_fp16_gqa_d128_m64n64_s2``.
