@@ -149,7 +149,8 @@ va_status launch_one(const KernelParams& kp, const Plan& plan, int dtype, void* 
 
 template <class Shape, class Loader>
 va_status launch_shape(const KernelParams& kp, const Plan& plan, int dtype, void* stream) {
-  if (dtype == VA_DTYPE_BF16) return launch_one<Shape, __nv_bfloat16, Loader>(kp, plan, dtype, stream);
+  if (dtype == VA_DTYPE_BF16)
+    return launch_one<Shape, __nv_bfloat16, Loader>(kp, plan, dtype, stream);
   return launch_one<Shape, half, Loader>(kp, plan, dtype, stream);
 }
 

@@ -188,6 +188,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   using namespace sm90;
   using namespace sm90::seesaw;
   constexpr int M = Shape::kM, N = Shape::kN, DQK = Shape::kDqk, DV = Shape::kDv;
+  constexpr bool kSkip = Shape::kSkipDraftTiles;  // visits -> KV tiles (kv_tile)
   constexpr int KB = Shape::kKBlocks;
   constexpr int kPBlock = 8;
   static_assert(M == 64 && N == 64 && DQK == 576 && DV == 512 && KB == 9, "shape");
@@ -295,7 +296,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   // `may` (std::bool_constant): false on prefix-only tiles, whose rows all exist.
   auto zero_tail = [&](auto may, int stage, int tile, int b0) {
     if (!decltype(may)::value || tile >= n_tiles) return;
-    const int rows_valid = rc.kv_len - kv_tile<Shape::kSkipDraftTiles>(rc, rc.tile_begin + tile) * N;
+    const int rows_valid = rc.kv_len - kv_tile<kSkip>(rc, rc.tile_begin + tile) * N;
     if (rows_valid < N) {
       zero_tail_rows(sK + stage * Shape::kKTileBytes, b0, rows_valid, wtid);
       fence_proxy_async();
@@ -329,7 +330,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     // C0 finishes.
     auto tile_a = [&](auto may, int pair, bool last) {
       float mx[2];
-      mask_scores<N, decltype(may)::value, Shape::kSkipDraftTiles>(s, p, rc, rmask, my_row, t4, 2 * pair, mx);
+      mask_scores<N, decltype(may)::value, kSkip>(s, p, rc, rmask, my_row, t4, 2 * pair, mx);
       float base[2], scale0[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) scale0[h] = fold_max(m_run[h], mx[h], &m_run[h], &base[h]);  // m0
@@ -451,7 +452,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       fence_regs(o);
 
       float mx[2];
-      mask_scores<N, decltype(may)::value, Shape::kSkipDraftTiles>(s, p, rc, rmask, my_row, t4, 2 * pair + 1, mx);
+      mask_scores<N, decltype(may)::value, kSkip>(s, p, rc, rmask, my_row, t4, 2 * pair + 1, mx);
       float base[2], f[2];
       fold_m1(mx, base, f);
       exp_scores<DT>(s, p.scale_log2, base, pa, l, f);

@@ -134,6 +134,7 @@ __device__ __forceinline__ void issue_k_tiles_rows(const KernelParams& p, const 
                                                    uint64_t (&full_bar)[2][Shape::kKBlocks],
                                                    uint64_t (&k_empty)[4], int* s_bad_kv, int wtid) {
   constexpr int N = Shape::kN;
+  constexpr bool kSkip = Shape::kSkipDraftTiles;  // visits -> KV tiles (kv_tile)
   const int n_tiles = rt.tile_end - rt.tile_begin;
   const int n_pairs = (n_tiles + 1) >> 1;
   const int g = wtid >> 5, lane = wtid & 31, h = group_stage(g);
@@ -141,7 +142,7 @@ __device__ __forceinline__ void issue_k_tiles_rows(const KernelParams& p, const 
   const int kv_len = rt.kv_len;
   // Page ids of this warp's rows of tile i (rows at or past kv_len: not read).
   auto read_ids = [&](int i, int32_t (&id)[2]) {
-    const int j = kv_tile<Shape::kSkipDraftTiles>(rt, rt.tile_begin + i) * N + lane;
+    const int j = kv_tile<kSkip>(rt, rt.tile_begin + i) * N + lane;
     id[0] = j < kv_len ? loader.page_entry(j) : -1;  // page_size 1: row j's entry is j
     id[1] = j + 32 < kv_len ? loader.page_entry(j + 32) : -1;
   };
@@ -152,7 +153,7 @@ __device__ __forceinline__ void issue_k_tiles_rows(const KernelParams& p, const 
     if (i >= n_tiles) break;  // an odd count's last pair has no tile B (warp-uniform)
     const int32_t id[2] = {next[0], next[1]};
     if (i + 2 < n_tiles) read_ids(i + 2, next);  // pair u + 1's, in flight across the wait
-    const int j = kv_tile<Shape::kSkipDraftTiles>(rt, rt.tile_begin + i) * N + lane;
+    const int j = kv_tile<kSkip>(rt, rt.tile_begin + i) * N + lane;
     const bool ok0 = j >= kv_len || loader.page_ok(id[0], j);
     const bool ok1 = j + 32 >= kv_len || loader.page_ok(id[1], j + 32);
     if (!ok0 || !ok1) *s_bad_kv = 1;  // zero-filled (gathered); the CTA's rows become NaN
@@ -193,6 +194,7 @@ __device__ __forceinline__ void issue_k_tiles(const KernelParams& p, const Reque
     return;
   }
   constexpr int N = Shape::kN;
+  constexpr bool kSkip = Shape::kSkipDraftTiles;  // visits -> KV tiles (kv_tile)
   const int n_tiles = rt.tile_end - rt.tile_begin;
   const int n_pairs = (n_tiles + 1) >> 1;  // the last one without tile B when n_tiles is odd
   const int g = wtid >> 5, lane = wtid & 31, h = group_stage(g);
@@ -208,7 +210,7 @@ __device__ __forceinline__ void issue_k_tiles(const KernelParams& p, const Reque
     // (kernels/sm90/mla_seesaw_kernel.cuh), so nothing is copied.
     if (lane == 0 && i < n_tiles) {
       int page = -1, slot = 0;
-      const int j0 = kv_tile<Shape::kSkipDraftTiles>(rt, rt.tile_begin + i) * N;  // the tile's first KV row
+      const int j0 = kv_tile<kSkip>(rt, rt.tile_begin + i) * N;  // its first KV row
       loader.page_coord(j0, &page, &slot);
       // Pair u - 1's readers are done. Suspending up to 1 ms per try instead of
       // polling (mbarrier.try_wait's suspend-time hint; ncu counted 4.1 M polls

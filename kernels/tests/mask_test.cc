@@ -115,10 +115,12 @@ int main() {
     expect_eq(static_cast<uint64_t>(verify_attn::nth_set_bit64(m, n)),
               static_cast<uint64_t>(want_bit), "nth_set_bit64", c, n);
   }
-  expect_eq(static_cast<uint64_t>(verify_attn::nth_set_bit64(0ull, 0)), ~0ull, "nth_set_bit64(0, 0)", 0, 0);
-  expect_eq(static_cast<uint64_t>(verify_attn::nth_set_bit64(~0ull, 63)), 63ull, "nth_set_bit64(~0, 63)", 0, 0);
+  using verify_attn::nth_set_bit64;
+  expect_eq(static_cast<uint64_t>(nth_set_bit64(0ull, 0)), ~0ull, "nth_set_bit64(0, 0)", 0, 0);
+  expect_eq(static_cast<uint64_t>(nth_set_bit64(~0ull, 63)), 63ull, "nth_set_bit64(~0, 63)", 0, 0);
   if (word_tiles < 100000 || skipped_bits < 1000) {
-    fprintf(stderr, "FAIL: degenerate draft_word_tiles cases (%ld, %ld)\n", word_tiles, skipped_bits);
+    fprintf(stderr, "FAIL: degenerate draft_word_tiles cases (%ld, %ld)\n", word_tiles,
+            skipped_bits);
     return 1;
   }
   printf("mask_test: %ld columns (%ld visible, %ld masked), %ld draft words, %d mismatches\n",

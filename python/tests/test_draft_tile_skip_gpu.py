@@ -38,14 +38,10 @@ LAYOUTS = ["page64", "runs", "gather", "flat", "page1"]
 
 
 def ancestors(parents):
-    """Dense [n, n] visibility of a tree in topological order: each node sees itself and its ancestors."""
-    n = len(parents)
-    vis = torch.zeros(n, n, dtype=torch.bool)
-    for i, p in enumerate(parents):
-        if p >= 0:
-            vis[i] = vis[p]
-        vis[i, i] = True
-    return vis
+    """Dense [n, n] bool visibility of a tree (each node sees itself and its ancestors), through
+    the library's own builders (masks.from_parents, masks.to_dense)."""
+    qo = torch.tensor([0, len(parents)], dtype=torch.int32)
+    return masks.to_dense(masks.from_parents(torch.tensor(parents, dtype=torch.int32), qo), qo)[0].bool()
 
 
 def sparse_rows(n, hidden=None):
