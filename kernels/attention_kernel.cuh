@@ -2,7 +2,7 @@
 // decides how KV row j of a request is addressed), and the split-K merge
 // kernel.
 //
-// Grid: x = request * Hkv + kv head, y = row tile, z = KV split.
+// Grid: (request, KV head, row tile, KV split), in kernels/plan.h's grid_coord order.
 // A CTA owns M folded query rows of one (request, kv head): row r of the
 // request's R = q_len * group rows is token r / group, query head
 // hk * group + r % group (MLA: Hkv = 1, group = Hq, all heads). Every KV tile
@@ -81,11 +81,11 @@ __global__ void __launch_bounds__(Shape::kThreads, VA_MIN_BLOCKS(Shape))
   const int wm = warp / WN, wn = warp % WN;
   const int g = lane >> 2, t4 = lane & 3;
 
-  const int hk = blockIdx.x % p.num_kv_heads;
+  const int hk = cta_coord<Shape::kRowsGrid>(p).hk;  // (kernels/plan.h, grid_coord)
   const int split = blockIdx.z;
 
   // ---- request bounds and this split's KV tiles (kernels/core/request.cuh) ----
-  const Loader loader(p, blockIdx.x / p.num_kv_heads, hk);
+  const Loader loader(p, cta_coord<Shape::kRowsGrid>(p).req, hk);
   RequestTile rt;
   if (!start_request<Shape, DT>(p, loader, hk, &rt)) return;
   const int q_start = rt.q_start, R = rt.R, row0 = rt.row0;

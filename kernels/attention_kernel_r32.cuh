@@ -48,11 +48,12 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) attention_kernel_r32(const
   const int wm = warp / WD, wd = warp % WD;
   const int g = lane >> 2, t4 = lane & 3;
 
-  const int hk = blockIdx.x % p.num_kv_heads;
-  const int split = blockIdx.z;
+  const CtaCoord cc = cta_coord<Shape::kRowsGrid>(p);
+  const int hk = cc.hk;
+  const int split = blockIdx.z;  // cc.split, in every grid order
 
   // ---- request bounds and this split's KV tiles (kernels/core/request.cuh) ----
-  const Loader loader(p, blockIdx.x / p.num_kv_heads, hk);
+  const Loader loader(p, cc.req, hk);
   RequestTile rt;
   if (!start_request<Shape, DT>(p, loader, hk, &rt)) return;
   const int q_start = rt.q_start, R = rt.R, row0 = rt.row0;

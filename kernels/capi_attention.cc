@@ -292,6 +292,7 @@ KernelParams make_kernel_params(const va_params* p, const Plan& plan) {
   kp.scale_log2 = static_cast<float>(static_cast<double>(p->sm_scale) * 1.4426950408889634);
   kp.num_splits = plan.splits;
   kp.ws_rows = plan.ws_rows;
+  kp.grid_rows_fastest = plan.grid_rows_fastest ? 1 : 0;
   if (plan.splits > 1) {
     kp.ws_o = static_cast<float*>(p->workspace);
     kp.ws_lse = reinterpret_cast<float*>(static_cast<char*>(p->workspace) + plan.ws_o_bytes);

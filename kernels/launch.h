@@ -60,6 +60,10 @@ struct KernelParams {
   int64_t ws_rows;     // total_q * Hq
 
   int32_t* error_word;  // may be null
+  // The grid's order (kernels/core/request.cuh, cta_coord): 0: (request *
+  // Hkv + kv head, row tile, split); 1: (row tile, request * Hkv + kv head,
+  // split). Plan::grid_rows_fastest.
+  int32_t grid_rows_fastest;
 
   // sm_90a TMA configurations (kSeesawTma): the CUtensorMap of the K cache
   // (kernels/sm90/tma_host.h), read by the kernel through its

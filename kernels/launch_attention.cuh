@@ -85,8 +85,9 @@ template <class Shape, typename DT, class Loader>
 va_status launch_kernel(const KernelParams& kp, const Plan& plan, int dtype, void* stream) {
   va_status st = prepare_kernel<Shape, DT, Loader>(plan.dev.device, plan.dev.sm_arch);
   if (st != VA_OK) return st;
-  const dim3 grid(static_cast<unsigned>(kp.batch_size * kp.num_kv_heads),
-                  static_cast<unsigned>(plan.row_tiles), static_cast<unsigned>(plan.splits));
+  // In grid_coord's order (kernels/plan.h); the kernels read it from kp.
+  dim3 grid;
+  launch_grid(plan, kp.batch_size, kp.num_kv_heads, &grid.x, &grid.y, &grid.z);
   cudaGetLastError();  // drop a stale, non-sticky error so the check below is ours
   // The sm_90a kernels are programmatic dependents of whatever ran before
   // them in the stream (kernels/pdl_launch.h): their launch and set-up

@@ -28,6 +28,10 @@ template <int DQK_, int DV_, bool V_IS_K_, int WARPS_M_, int WARPS_N_, int N_, i
           int MIN_BLOCKS_ = 1>
 struct TileShape {
   static constexpr bool kWgmma = false;
+  // Runs the request-major grid whatever Plan::grid_rows_fastest says
+  // (grid_coord): the rows-first order was measured on the sm_90a kernels
+  // only, and keeps these kernels' registers as they were on sm_120.
+  static constexpr bool kRowsGrid = false;
   // Visits every KV tile of its range (kernels/core/request.cuh, kv_tile).
   static constexpr bool kSkipDraftTiles = false;
   static constexpr int kRowsPerWarp = 16;
@@ -68,6 +72,7 @@ struct TileShape {
 template <int DQK_, int DV_, int WARPS_M_, int WARPS_D_, int N_, int STAGES_>
 struct TileShapeR32 {
   static constexpr bool kWgmma = false;
+  static constexpr bool kRowsGrid = false;
   static constexpr bool kSkipDraftTiles = false;
   static constexpr int kRowsPerWarp = 32;
   static constexpr int kMinBlocks = 1;
@@ -123,6 +128,7 @@ template <bool PIPELINED_S, bool STAGED_ROWS = false, bool SEESAW_TMA = false,
           bool ROWS_GATHER = false, bool SKIP_DRAFT_TILES = false>
 struct TileShapeWgmmaMla {
   static constexpr bool kWgmma = true;
+  static constexpr bool kRowsGrid = true;  // reads Plan::grid_rows_fastest (grid_coord)
   static constexpr bool kSeesawTma = SEESAW_TMA;
   static constexpr bool kRowsGather = ROWS_GATHER;
   static_assert(!ROWS_GATHER || SEESAW_TMA, "the rows-map gathers are the TMA kernel's");
@@ -216,6 +222,7 @@ struct ConfigDesc {
   int only_arch;   // 0: any built arch; else the one sm_XY (XY) it runs on (wgmma: 90)
   bool wgmma;      // the sm_90a warpgroup-MMA path (plan name "wgmma_..." instead of "mma_sync_...")
   int tile_granule;  // KV tiles a CTA takes at a time, for choose_splits (2: sm_90a tile pairs)
+  bool rows_grid;    // the kernel can run the rows-first grid (TileShape*::kRowsGrid)
 };
 const ConfigDesc& config_desc(ConfigId id);
 
@@ -257,9 +264,34 @@ VA_HOST_DEVICE inline int row_tile_kv_tiles(int row0, int M, int R, int G, int k
   return (kv_end + N - 1) / N;
 }
 
-// Work-list entry of grid block (x, y, z): request x / Hkv, KV head x % Hkv,
-// row tile Y - 1 - y of the grid's Y (folded rows [r M, (r+1) M) for row tile r: the
-// longest first, kernels/core/request.cuh), split z. Partial results of split z
+// What grid block (bx, by, bz) of a (gx, gy, *) grid is: request, KV head,
+// row tile (of row_tiles; folded rows [r M, (r+1) M) for row tile r) and
+// split. With rows_fastest (Plan::grid_rows_fastest, the sm_90a MLA kernels'
+// default) the grid is (row tile, request * Hkv + kv head, split): a
+// request's row tiles, which read the same KV tiles, are adjacent in launch
+// order (a grid of more than one wave keeps each request's readers in one
+// wave; FlashMLA's grid (m block, head, part) is ordered so too); else
+// (request * Hkv + kv head, row tile, split). Row tiles go longest first in
+// both: index i of the row tiles' dimension is row tile row_tiles - 1 - i
+// (under CAUSAL or a tree the last row tiles see the most KV tiles, and the
+// block scheduler starts CTAs in launch order: longest-processing-time-first,
+// as FlashAttention-3's LPT scheduler orders causal blocks). The kernels'
+// cta_coord (kernels/core/request.cuh); launch_grid below is its grid.
+struct CtaCoord {
+  int req, hk, row_tile, row_tiles, split;
+};
+VA_HOST_DEVICE inline CtaCoord grid_coord(bool rows_fastest, int num_kv_heads, unsigned bx,
+                                          unsigned by, unsigned bz, unsigned gx, unsigned gy) {
+  // Unsigned division, as blockIdx.x / num_kv_heads was (the signed one costs
+  // the 16-warp MLA kernel, at its 128-register cap, a stack slot).
+  const unsigned heads_idx = rows_fastest ? by : bx;
+  const unsigned hkv = static_cast<unsigned>(num_kv_heads);
+  const int row_tiles = static_cast<int>(rows_fastest ? gx : gy);
+  return {static_cast<int>(heads_idx / hkv), static_cast<int>(heads_idx % hkv),
+          row_tiles - 1 - static_cast<int>(rows_fastest ? bx : by), row_tiles, static_cast<int>(bz)};
+}
+
+// Partial results of split z
 // for output row (token, head) live at workspace row z * ws_rows + token * Hq + head.
 VA_HOST_DEVICE inline int64_t workspace_row(int split, int64_t ws_rows, int64_t token,
                                             int num_qo_heads, int head) {
@@ -276,12 +308,29 @@ struct Plan {
   // the TMA configurations (kernels/plan.cc; the plan's name ends in "_skip").
   // Chains and shorter trees run the kernel without the per-visit tile lookup.
   bool skip_draft_tiles;
+  // Grid (row tile, request * Hkv + kv head, split) instead of (request *
+  // Hkv + kv head, row tile, split): a request's row tiles adjacent in launch
+  // order (grid_coord). For the configurations that can run it
+  // (ConfigDesc::rows_grid: the sm_90a MLA kernels) whenever batch_size * Hkv
+  // <= 65535 (grid y's limit), unless VERIFY_ATTN_GRID_ORDER=requests.
+  bool grid_rows_fastest;
   int64_t ws_rows;       // total_q * num_qo_heads (rows of the partial arrays)
   size_t ws_o_bytes;     // splits * ws_rows * Dv * 4 (0 when splits == 1)
   size_t workspace_bytes;
   DeviceInfo dev;
   char name[64];
 };
+
+// The launch grid of `plan` for batch_size x num_kv_heads (grid_coord's
+// order): x, y, z.
+inline void launch_grid(const Plan& plan, int batch_size, int num_kv_heads, unsigned* x,
+                        unsigned* y, unsigned* z) {
+  const unsigned heads = static_cast<unsigned>(batch_size) * static_cast<unsigned>(num_kv_heads);
+  const unsigned rows = static_cast<unsigned>(plan.row_tiles);
+  *x = plan.grid_rows_fastest ? rows : heads;
+  *y = plan.grid_rows_fastest ? heads : rows;
+  *z = static_cast<unsigned>(plan.splits);
+}
 
 // `p` must have passed the scalar validation of capi_attention.cc (dims,
 // heads, max_q_len, ...). Fails with VA_ERR_UNSUPPORTED when no config fits

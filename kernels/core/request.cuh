@@ -41,22 +41,24 @@ enum RequestStatus { kRequestRun = 0, kRequestSkip = 1, kRequestNanRows = 2 };
 
 constexpr int kMaxKvLen = 0x7fffffff;  // kv lengths are int32 (kernels/verify_attn.h)
 
-// M folded rows per CTA, N KV rows per tile. The grid is
-// (request * Hkv + kv head, row tile from the last, split).
-// kSkipDraftTiles: the kernel's Shape::kSkipDraftTiles (below).
-template <bool kSkipDraftTiles, class Loader>
+// This CTA's grid coordinates (kernels/plan.h, grid_coord: the grid's order
+// and why). kRowsGrid: the kernel's Shape::kRowsGrid (false: the request-major
+// grid, which the plan then always launches).
+template <bool kRowsGrid>
+__device__ __forceinline__ CtaCoord cta_coord(const KernelParams& p) {
+  return grid_coord(kRowsGrid && p.grid_rows_fastest != 0, p.num_kv_heads, blockIdx.x,
+                    blockIdx.y, blockIdx.z, gridDim.x, gridDim.y);
+}
+
+// M folded rows per CTA, N KV rows per tile; the grid as cta_coord says.
+// kSkipDraftTiles, kRowsGrid: the kernel's Shape::kSkipDraftTiles (below),
+// Shape::kRowsGrid.
+template <bool kSkipDraftTiles, bool kRowsGrid, class Loader>
 __device__ __forceinline__ int request_tile(const KernelParams& p, const Loader& loader, int M,
                                             int N, RequestTile* t) {
-  const int req = blockIdx.x / p.num_kv_heads;
-  const int hk = blockIdx.x % p.num_kv_heads;
-  const int split = blockIdx.z;
-  // Row tiles go longest first: grid row y takes row tile gridDim.y - 1 - y.
-  // Under CAUSAL or a tree the last row tiles see the most KV tiles, and the
-  // block scheduler starts CTAs in launch order, so a grid of more than one
-  // wave starts its long CTAs first and ends on short ones (longest-processing-
-  // time-first, as FlashAttention-3's LPT tile scheduler orders causal blocks;
-  // within each split, grid z being the slowest-varying index).
-  const int row_tile = static_cast<int>(gridDim.y) - 1 - static_cast<int>(blockIdx.y);
+  const CtaCoord cc = cta_coord<kRowsGrid>(p);
+  const int req = cc.req, hk = cc.hk, split = cc.split;
+  const int row_tile = cc.row_tile;  // the longest first in launch order (grid_coord)
   // Reports request-level errors once: row tile 0 exists whenever q_len > 0.
   const bool first_cta = hk == 0 && row_tile == 0 && split == 0 && threadIdx.x == 0;
   const int q_start = __ldg(p.qo_indptr + req);
@@ -76,7 +78,7 @@ __device__ __forceinline__ int request_tile(const KernelParams& p, const Loader&
   t->q_start = q_start;
   t->q_len = q_end - q_start;
   t->R = t->q_len * p.group;
-  if (first_cta && t->R > static_cast<int>(gridDim.y) * M)  // q_len > max_q_len: rows unwritten
+  if (first_cta && t->R > cc.row_tiles * M)  // q_len > max_q_len: rows unwritten
     report_error(p.error_word, kErrQoIndptr, req, t->q_len, -1);
   t->row0 = row_tile * M;
   if (t->row0 >= t->R) return kRequestSkip;
@@ -210,7 +212,8 @@ __device__ __forceinline__ void copy_q_tile_async(DT* sQ, const KernelParams& p,
 template <class Shape, typename DT, class Loader>
 __device__ __forceinline__ bool start_request(const KernelParams& p, const Loader& loader, int hk,
                                               RequestTile* rt) {
-  const int st = request_tile<Shape::kSkipDraftTiles>(p, loader, Shape::kM, Shape::kN, rt);
+  const int st =
+      request_tile<Shape::kSkipDraftTiles, Shape::kRowsGrid>(p, loader, Shape::kM, Shape::kN, rt);
   if (st == kRequestNanRows)
     write_nan_rows<Shape, DT>(p, rt->q_start, rt->R, rt->row0, hk, blockIdx.z);
   return st == kRequestRun;

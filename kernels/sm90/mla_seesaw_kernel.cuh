@@ -231,8 +231,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   // live across setmaxnreg costs a local-memory spill, ptxas): each role
   // re-derives what it needs from blockIdx, the parameters and s_rt.
   {
-    const int hk = blockIdx.x % p.num_kv_heads;
-    const Loader loader(p, blockIdx.x / p.num_kv_heads, hk);
+    const CtaCoord cc = cta_coord<Shape::kRowsGrid>(p);
+    const int hk = cc.hk;
+    const Loader loader(p, cc.req, hk);
     RequestTile rt;
     if (!start_request<Shape, DT>(p, loader, hk, &rt)) return;
     if (threadIdx.x == 0) s_rt = rt;
@@ -244,7 +245,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     // ------------------------------------------------------------ producer
     regs_dealloc<kProducerRegs>();
     const RequestTile rt = s_rt;
-    const Loader loader(p, blockIdx.x / p.num_kv_heads, blockIdx.x % p.num_kv_heads);
+    const CtaCoord cc = cta_coord<Shape::kRowsGrid>(p);
+    const Loader loader(p, cc.req, cc.hk);
     if (p.q_tma && wtid == 0) issue_q_tile(p, rt, sQ, &q_full);  // before the first page read
     issue_k_tiles<Shape>(p, rt, loader, sK, full_bar, k_empty, &s_bad_kv, wtid);
     mbar_arrive(&done_bar);  // s_bad_kv stores above -> the consumers' epilogue
@@ -256,8 +258,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   // From shared memory, not from the registers of the prologue: a value live
   // across setmaxnreg costs a local-memory spill (ptxas).
   const RequestTile rc = s_rt;
-  const int hk = blockIdx.x % p.num_kv_heads;
-  const int split = blockIdx.z;
+  const CtaCoord cc = cta_coord<Shape::kRowsGrid>(p);
+  const int hk = cc.hk;
+  const int split = blockIdx.z;  // cc.split, in every grid order
   const int n_tiles = rc.tile_end - rc.tile_begin;
   // Warp-uniform by construction (lane 0's value): ptxas keeps the descriptor
   // bases in uniform registers.

@@ -133,9 +133,10 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   grid_dependency_wait();
   const int tid = threadIdx.x;
   const int wg = tid / 128, wtid = tid % 128;
-  const int hk = blockIdx.x % p.num_kv_heads;
-  const int split = blockIdx.z;
-  const Loader loader(p, blockIdx.x / p.num_kv_heads, hk);
+  const CtaCoord cc = cta_coord<Shape::kRowsGrid>(p);
+  const int hk = cc.hk;
+  const int split = blockIdx.z;  // cc.split, in every grid order
+  const Loader loader(p, cc.req, hk);
   RequestTile rt;
   if (!start_request<Shape, DT>(p, loader, hk, &rt)) return;
   const int n_tiles = rt.tile_end - rt.tile_begin;

@@ -272,6 +272,81 @@ int main() {
     CHECK(va::make_plan(p, sm90, &plan) == VA_OK, "empty forced tag: %s", va_last_error_message());
     unsetenv("VERIFY_ATTN_FORCE_CONFIG");
   }
+  // The grid's order (kernels/plan.h, grid_coord): on the kernels that can
+  // run it (the sm_90a MLA ones) a request's row tiles adjacent by default
+  // (grid y holds the requests while batch_size * Hkv <= 65535), the other
+  // order above that, with VERIFY_ATTN_GRID_ORDER=requests and on the portable
+  // kernels (GQA, sm_120); either way the launch grid's blocks are every
+  // (request, KV head, row tile, split) exactly once, row tiles the longest
+  // first along their dimension.
+  {
+    for (const char* order : {"", "rows", "requests", "bogus"}) {
+      for (const auto& c : std::vector<std::tuple<int, int, int, int>>{
+               {1, 1, 16, 64}, {16, 1, 16, 64}, {5, 4, 32, 16}, {3, 2, 48, 100}, {65535, 1, 16, 4},
+               {65536, 1, 16, 4}, {20000, 4, 32, 1}}) {
+      for (const va::DeviceInfo* dev : {&sm90, &sm120}) {
+        const int b = std::get<0>(c), hkv = std::get<1>(c), hq = std::get<2>(c), q = std::get<3>(c);
+        va_params p = shape(hkv == 1, hkv == 1 ? 576 : 128, hq, hkv, b, q, 4096);
+        setenv("VERIFY_ATTN_GRID_ORDER", order, 1);
+        va::Plan plan;
+        const va_status st = va::make_plan(p, *dev, &plan);
+        if (std::string(order) == "bogus") {
+          CHECK(st == VA_ERR_INVALID_VALUE &&
+                    std::string(va_last_error_message()).find("VERIFY_ATTN_GRID_ORDER") !=
+                        std::string::npos,
+                "bogus grid order must fail naming the knob: %s", va_last_error_message());
+          continue;
+        }
+        if (st != VA_OK) {
+          CHECK(false, "make_plan B%d: %s", b, va_last_error_message());
+          continue;
+        }
+        const bool fits = static_cast<int64_t>(b) * hkv <= 65535;
+        const bool rows_kernel = va::config_desc(plan.config).rows_grid;
+        CHECK(rows_kernel == va::config_desc(plan.config).wgmma, "rows_grid: the sm_90a kernels");
+        const bool want = fits && rows_kernel && std::string(order) != "requests";
+        CHECK(plan.grid_rows_fastest == want, "grid order '%s' B%d Hkv%d: %d", order, b, hkv,
+              plan.grid_rows_fastest);
+        unsigned gx, gy, gz;
+        va::launch_grid(plan, b, hkv, &gx, &gy, &gz);
+        CHECK(gy <= 65535 && gz <= 65535, "grid y / z limits: %u %u", gy, gz);
+        if (static_cast<int64_t>(gx) * gy * gz > 4000000) continue;  // the limits only
+        std::set<std::tuple<int, int, int, int>> seen;
+        bool ok = true;
+        int prev_row_tile = -1;
+        for (unsigned z = 0; z < gz; ++z)
+          for (unsigned y = 0; y < gy; ++y)
+            for (unsigned x = 0; x < gx; ++x) {
+              const va::CtaCoord cc = va::grid_coord(plan.grid_rows_fastest, hkv, x, y, z, gx, gy);
+              ok &= cc.row_tiles == plan.row_tiles && cc.req >= 0 && cc.req < b && cc.hk >= 0 &&
+                    cc.hk < hkv && cc.row_tile >= 0 && cc.row_tile < plan.row_tiles &&
+                    cc.split == static_cast<int>(z);
+              ok &= seen.insert({cc.req, cc.hk, cc.row_tile, cc.split}).second;
+              // Launch order: the row tiles of a request adjacent and the
+              // longest (last) first when rows are fastest.
+              if (plan.grid_rows_fastest && plan.row_tiles > 1) {
+                ok &= x == 0 ? cc.row_tile == plan.row_tiles - 1 : cc.row_tile == prev_row_tile - 1;
+                prev_row_tile = cc.row_tile;
+              }
+            }
+        ok &= static_cast<int64_t>(seen.size()) ==
+              static_cast<int64_t>(b) * hkv * plan.row_tiles * plan.splits;
+        CHECK(ok, "grid blocks = work list, order '%s', B%d Hkv%d Hq%d q%d (grid %u x %u x %u)",
+              order, b, hkv, hq, q, gx, gy, gz);
+      }
+      }
+    }
+    unsetenv("VERIFY_ATTN_GRID_ORDER");
+    // The sm_90a MLA kernel on sm_90 takes the rows-first grid by default.
+    if (std::string(va_compiled_archs()).find("sm_90a") != std::string::npos) {
+      va::Plan plan;
+      va_params p = shape(true, 576, 16, 1, 16, 64, 32768);
+      CHECK(va::make_plan(p, sm90, &plan) == VA_OK && plan.grid_rows_fastest,
+            "MLA B16 on sm_90: rows-first grid (%s; %s)", plan.name, va_last_error_message());
+      CHECK(va::make_plan(p, sm120, &plan) == VA_OK && !plan.grid_rows_fastest,
+            "MLA B16 on sm_120: request-major grid (%s; %s)", plan.name, va_last_error_message());
+    }
+  }
   // The work list the launch grid stands for covers every (request, row tile,
   // KV tile) exactly once, every output row once, and stays inside the
   // workspace: random ragged length mixes, tree and causal, both archs.

@@ -449,6 +449,32 @@ def test_mla_path_pinned(forced, layout, monkeypatch):
     assert err < 1e-2
 
 
+# The launch grid's two orders (kernels/plan.h, grid_coord): on the sm_90a MLA
+# kernels a request's row tiles adjacent (the plan's choice there whenever
+# batch_size x KV heads <= 65535, so the other MLA tests run it) or
+# request-major (past that; the portable kernels always); the knob
+# VERIFY_ATTN_GRID_ORDER picks either, so both run here on every kernel family.
+@pytest.mark.parametrize("order", ["requests", "rows"])
+@pytest.mark.parametrize("model,layout,splits,force", [
+    ("mla_h16", "paged64", 0, None), ("mla_h16", "paged64", 3, None), ("mla_h128", "paged1", 0, None),
+    ("mla_h16", "flat", 0, None), ("mla_h16", "paged16", 0, MMA_SYNC_MLA),
+    ("gqa_d128_g4", "paged16", 0, None), ("gqa_d64_g8", "flat", 3, None)])
+def test_grid_orders(order, model, layout, splits, force, monkeypatch):
+    monkeypatch.setenv("VERIFY_ATTN_GRID_ORDER", order)
+    if force:
+        monkeypatch.setenv("VERIFY_ATTN_FORCE_CONFIG", force)
+    c = _small_case(model=model, layout=layout, splits=splits, batch=5, q_len=70, prefix=700,
+                    prealloc=True)
+    assert run_case(c, new_seed()) < REL_TOL
+
+
+def test_grid_order_knob_rejects_unknown(monkeypatch):
+    monkeypatch.setenv("VERIFY_ATTN_GRID_ORDER", "columns")
+    a = build_problem(_small_case(), 1, "cuda")
+    with pytest.raises(ValueError, match="VERIFY_ATTN_GRID_ORDER"):
+        call_api(a)
+
+
 # ---------------------------------------------------------------------------
 # edge cases, planning, torch.compile, CUDA graphs
 
