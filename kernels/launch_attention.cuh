@@ -85,9 +85,11 @@ template <class Shape, typename DT, class Loader>
 va_status launch_kernel(const KernelParams& kp, const Plan& plan, int dtype, void* stream) {
   va_status st = prepare_kernel<Shape, DT, Loader>(plan.dev.device, plan.dev.sm_arch);
   if (st != VA_OK) return st;
-  // In grid_coord's order (kernels/plan.h); the kernels read it from kp.
+  // In grid_coord's order (kernels/plan.h), as the kernel decodes it
+  // (cta_coord: Shape::kRowsGrid && kp.grid_rows_fastest, kp from this plan).
   dim3 grid;
-  launch_grid(plan, kp.batch_size, kp.num_kv_heads, &grid.x, &grid.y, &grid.z);
+  launch_grid(plan, Shape::kRowsGrid && plan.grid_rows_fastest, kp.batch_size, kp.num_kv_heads,
+              &grid.x, &grid.y, &grid.z);
   cudaGetLastError();  // drop a stale, non-sticky error so the check below is ours
   // The sm_90a kernels are programmatic dependents of whatever ran before
   // them in the stream (kernels/pdl_launch.h): their launch and set-up

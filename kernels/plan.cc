@@ -210,6 +210,28 @@ int choose_splits(int64_t base_ctas, int64_t kv_tiles, int num_sms, int ctas_per
 }
 
 va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
+  // The grid's order (read first: a bad knob fails before anything is planned).
+  // A request's row tiles adjacent in launch order (grid_coord, kernels/plan.h)
+  // on the sm_90a MLA kernels whenever grid y can hold the requests. H200,
+  // page 64, three alternating runs each (BENCHMARKS.md session 23): B16 H16
+  // T64 L32k -5.0% (two waves: each request's KV read by all 16 of its row
+  // tiles in one wave, not by 8 in each), B32 H16 T16 L4k -3.1%, B4 H16 T64
+  // L128k -2.4% (one wave: the readers of a KV tile in adjacent CTAs); B1 the
+  // same order either way. The portable kernels keep the request-major grid
+  // (GQA measured -0.5..+0.2% with the rows first; sm_120 not measured).
+  // VERIFY_ATTN_GRID_ORDER=requests (A/B and test knob) keeps it everywhere.
+  const char* order = std::getenv("VERIFY_ATTN_GRID_ORDER");
+  bool rows_fastest = true;
+  if (order && *order) {
+    if (std::strcmp(order, "requests") == 0) {
+      rows_fastest = false;
+    } else if (std::strcmp(order, "rows") != 0) {
+      return va_fail(VA_ERR_INVALID_VALUE,
+                     "VERIFY_ATTN_GRID_ORDER: '%.32s' is neither 'rows' nor 'requests' (unset it "
+                     "for the default, rows)",
+                     order);
+    }
+  }
   const bool mla = p.v_is_k_prefix == 1;
   const int group = p.num_qo_heads / p.num_kv_heads;
   const int64_t rows_max = static_cast<int64_t>(std::max(p.max_q_len, 1)) * group;
@@ -328,27 +350,7 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
   plan->skip_draft_tiles =
       (chosen == kCfgMlaWgmmaSeesawTma || chosen == kCfgMlaWgmmaSeesawRows) &&
       p.mask_mode == VA_MASK_TREE && p.max_q_len > 4 * d.n;
-  // A request's row tiles adjacent in launch order (grid_coord, kernels/plan.h)
-  // on the sm_90a MLA kernels whenever grid y can hold the requests. H200,
-  // page 64, three alternating runs each (BENCHMARKS.md session 23): B16 H16
-  // T64 L32k -5.0% (two waves: each request's KV read by all 16 of its row
-  // tiles in one wave, not by 8 in each), B32 H16 T16 L4k -3.1%, B4 H16 T64
-  // L128k -2.4% (one wave: the readers of a KV tile in adjacent CTAs); B1 the
-  // same order either way. The portable kernels keep the request-major grid
-  // (GQA measured -0.5..+0.2% with the rows first; sm_120 not measured).
-  // VERIFY_ATTN_GRID_ORDER=requests (A/B and test knob) keeps it everywhere.
-  const char* order = std::getenv("VERIFY_ATTN_GRID_ORDER");
-  bool rows_fastest = true;
-  if (order && *order) {
-    if (std::strcmp(order, "requests") == 0) {
-      rows_fastest = false;
-    } else if (std::strcmp(order, "rows") != 0) {
-      return va_fail(VA_ERR_INVALID_VALUE,
-                     "VERIFY_ATTN_GRID_ORDER: '%.32s' is neither 'rows' nor 'requests' (unset it "
-                     "for the default, rows)",
-                     order);
-    }
-  }
+  // (The order's rule: at the top of this function.)
   plan->grid_rows_fastest =
       rows_fastest && d.rows_grid && static_cast<int64_t>(p.batch_size) * p.num_kv_heads <= 65535;
   plan->ws_rows = static_cast<int64_t>(p.total_q) * p.num_qo_heads;

@@ -275,8 +275,12 @@ VA_HOST_DEVICE inline int row_tile_kv_tiles(int row0, int M, int R, int G, int k
 // both: index i of the row tiles' dimension is row tile row_tiles - 1 - i
 // (under CAUSAL or a tree the last row tiles see the most KV tiles, and the
 // block scheduler starts CTAs in launch order: longest-processing-time-first,
-// as FlashAttention-3's LPT scheduler orders causal blocks). The kernels'
-// cta_coord (kernels/core/request.cuh); launch_grid below is its grid.
+// as FlashAttention-3's LPT scheduler orders causal blocks). With the rows
+// first that order holds within each request only: a multi-request grid of
+// more than one wave launches the last requests' long row tiles after the
+// first requests' short ones (B > 1 with long trees: not measured; B1 is the
+// same grid in both orders). The kernels' cta_coord
+// (kernels/core/request.cuh); launch_grid below is its grid.
 struct CtaCoord {
   int req, hk, row_tile, row_tiles, split;
 };
@@ -321,14 +325,15 @@ struct Plan {
   char name[64];
 };
 
-// The launch grid of `plan` for batch_size x num_kv_heads (grid_coord's
-// order): x, y, z.
-inline void launch_grid(const Plan& plan, int batch_size, int num_kv_heads, unsigned* x,
-                        unsigned* y, unsigned* z) {
+// The launch grid of `plan` for batch_size x num_kv_heads in grid_coord's
+// order (rows_fastest: Plan::grid_rows_fastest and the launched shape's
+// kRowsGrid, the order the kernel decodes): x, y, z.
+inline void launch_grid(const Plan& plan, bool rows_fastest, int batch_size, int num_kv_heads,
+                        unsigned* x, unsigned* y, unsigned* z) {
   const unsigned heads = static_cast<unsigned>(batch_size) * static_cast<unsigned>(num_kv_heads);
   const unsigned rows = static_cast<unsigned>(plan.row_tiles);
-  *x = plan.grid_rows_fastest ? rows : heads;
-  *y = plan.grid_rows_fastest ? heads : rows;
+  *x = rows_fastest ? rows : heads;
+  *y = rows_fastest ? heads : rows;
   *z = static_cast<unsigned>(plan.splits);
 }
 

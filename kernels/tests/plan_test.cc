@@ -308,7 +308,7 @@ int main() {
         CHECK(plan.grid_rows_fastest == want, "grid order '%s' B%d Hkv%d: %d", order, b, hkv,
               plan.grid_rows_fastest);
         unsigned gx, gy, gz;
-        va::launch_grid(plan, b, hkv, &gx, &gy, &gz);
+        va::launch_grid(plan, plan.grid_rows_fastest, b, hkv, &gx, &gy, &gz);
         CHECK(gy <= 65535 && gz <= 65535, "grid y / z limits: %u %u", gy, gz);
         if (static_cast<int64_t>(gx) * gy * gz > 4000000) continue;  // the limits only
         std::set<std::tuple<int, int, int, int>> seen;

@@ -449,23 +449,40 @@ def test_mla_path_pinned(forced, layout, monkeypatch):
     assert err < 1e-2
 
 
-# The launch grid's two orders (kernels/plan.h, grid_coord): on the sm_90a MLA
-# kernels a request's row tiles adjacent (the plan's choice there whenever
-# batch_size x KV heads <= 65535, so the other MLA tests run it) or
-# request-major (past that; the portable kernels always); the knob
-# VERIFY_ATTN_GRID_ORDER picks either, so both run here on every kernel family.
-@pytest.mark.parametrize("order", ["requests", "rows"])
-@pytest.mark.parametrize("model,layout,splits,force", [
-    ("mla_h16", "paged64", 0, None), ("mla_h16", "paged64", 3, None), ("mla_h128", "paged1", 0, None),
-    ("mla_h16", "flat", 0, None), ("mla_h16", "paged16", 0, MMA_SYNC_MLA),
-    ("gqa_d128_g4", "paged16", 0, None), ("gqa_d64_g8", "flat", 3, None)])
-def test_grid_orders(order, model, layout, splits, force, monkeypatch):
+# The launch grid's two orders (kernels/plan.h, grid_coord): the sm_90a MLA
+# kernels run a request's row tiles adjacent (the plan's choice there whenever
+# batch_size x KV heads <= 65535, so the other sm_90 MLA tests run it too) or
+# request-major (past that, or with VERIFY_ATTN_GRID_ORDER=requests); the
+# portable kernels (GQA, forced mma.sync MLA, sm_120) run request-major
+# whatever the knob says. Here both orders on each sm_90a MLA kernel (the TMA
+# kernel paged and flat, split and unsplit; the cp.async one), the portable
+# ones once with the knob set (it must not move them). Which order a plan takes
+# is pinned on the host (kernels/tests/plan_test.cc: the sm_90a configurations
+# take the rows first); here, that the MLA cases planned an sm_90a kernel.
+GRID_CASES = [("mla_h16", "paged64", 0, None, o) for o in ("requests", "rows")] + [
+    ("mla_h16", "paged64", 3, None, o) for o in ("requests", "rows")] + [
+    ("mla_h128", "paged1", 0, None, o) for o in ("requests", "rows")] + [
+    ("mla_h16", "flat", 0, None, o) for o in ("requests", "rows")] + [
+    ("mla_h16", "paged16", 0, MMA_SYNC_MLA, "rows"), ("gqa_d128_g4", "paged16", 0, None, "rows"),
+    ("gqa_d64_g8", "flat", 3, None, "requests")]
+
+
+@pytest.mark.parametrize("model,layout,splits,force,order", GRID_CASES,
+                         ids=["-".join(str(x) for x in c) for c in GRID_CASES])
+def test_grid_orders(model, layout, splits, force, order, monkeypatch):
     monkeypatch.setenv("VERIFY_ATTN_GRID_ORDER", order)
     if force:
         monkeypatch.setenv("VERIFY_ATTN_FORCE_CONFIG", force)
     c = _small_case(model=model, layout=layout, splits=splits, batch=5, q_len=70, prefix=700,
                     prealloc=True)
-    assert run_case(c, new_seed()) < REL_TOL
+    seed = new_seed()
+    a = build_problem(c, seed, "cuda")
+    info = va.plan_info(a["q"], a["k"], a["v"], a["qo_indptr"], a["kv_indptr"], a.get("kv_indices"),
+                        a.get("kv_len"), page_size=a.get("page_size"), tree_mask=a["tree_mask"],
+                        causal=a["causal"], max_q_len=a["max_q_len"], max_kv_len=a["max_kv_len"],
+                        num_splits=splits)
+    assert info["name"].startswith(expected_path(MODELS[model][0], force is not None)), info
+    assert run_case(c, seed) < REL_TOL
 
 
 def test_grid_order_knob_rejects_unknown(monkeypatch):
