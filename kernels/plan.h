@@ -276,11 +276,13 @@ VA_HOST_DEVICE inline int row_tile_kv_tiles(int row0, int M, int R, int G, int k
 // (under CAUSAL or a tree the last row tiles see the most KV tiles, and the
 // block scheduler starts CTAs in launch order: longest-processing-time-first,
 // as FlashAttention-3's LPT scheduler orders causal blocks). With the rows
-// first that order holds within each request only: a multi-request grid of
+// first that order holds within each request only (a multi-request grid of
 // more than one wave launches the last requests' long row tiles after the
-// first requests' short ones (B > 1 with long trees: not measured; B1 is the
-// same grid in both orders). The kernels' cta_coord
-// (kernels/core/request.cuh); launch_grid below is its grid.
+// first requests' short ones); still faster on multi-request trees of many
+// waves (H200, page 64, DDTree-like, BENCHMARKS.md session 23: B4 H16 T1024
+// L8k -4.1%, B8 T256 L8k -2.9%, B2 T512 L16k +-0.3% against request-major).
+// The kernels' cta_coord (kernels/core/request.cuh); launch_grid below is its
+// grid.
 struct CtaCoord {
   int req, hk, row_tile, row_tiles, split;
 };
