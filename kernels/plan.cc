@@ -216,8 +216,9 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
   // page 64, three alternating runs each (BENCHMARKS.md session 23): B16 H16
   // T64 L32k -5.0% (two waves: each request's KV read by all 16 of its row
   // tiles in one wave, not by 8 in each), B32 H16 T16 L4k -3.1%, B4 H16 T64
-  // L128k -2.4% (one wave: the readers of a KV tile in adjacent CTAs); B1 the
-  // same order either way. The portable kernels keep the request-major grid
+  // L128k -0.1..-2.4% (one wave: the readers of a KV tile in adjacent CTAs),
+  // multi-request trees of many waves too (B4 T1024 L8k -4.1%); B1 the same
+  // order either way. The portable kernels keep the request-major grid
   // (GQA measured -0.5..+0.2% with the rows first; sm_120 not measured).
   // VERIFY_ATTN_GRID_ORDER=requests (A/B and test knob) keeps it everywhere.
   const char* order = std::getenv("VERIFY_ATTN_GRID_ORDER");
