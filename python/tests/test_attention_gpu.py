@@ -285,6 +285,13 @@ def call_api(a, *, out=None, lse=None, return_lse=True, num_splits=0, head_dim_v
                                    a["kv_indices"], a["kv_len"], page_size=a["page_size"], **kw)
 
 
+def plan_info_for(a, **kw):
+    """verify_attn.plan_info for problem `a` (its layout, mask and host bounds) plus kw."""
+    return va.plan_info(a["q"], a["k"], a["v"], a["qo_indptr"], a["kv_indptr"], a.get("kv_indices"),
+                        a.get("kv_len"), page_size=a.get("page_size"), tree_mask=a["tree_mask"],
+                        causal=a["causal"], max_q_len=a["max_q_len"], max_kv_len=a["max_kv_len"], **kw)
+
+
 def call_reference(a):
     kw = dict(tree_mask=a["tree_mask"], causal=a["causal"], sm_scale=a["sm_scale"],
               head_dim_vo=a["d_vo"] if a["mla"] else None)
@@ -412,9 +419,7 @@ def test_kernel_matches_reference(case, path, monkeypatch):
             pytest.skip("the wgmma path is sm_90 only")
         monkeypatch.setenv("VERIFY_ATTN_FORCE_CONFIG", WGMMA_LOOKUP_MLA)
         a = build_problem(case, 0, "cuda")
-        info = va.plan_info(a["q"], a["k"], a["v"], a["qo_indptr"], a["kv_indptr"], a.get("kv_indices"),
-                            a.get("kv_len"), page_size=a.get("page_size"), tree_mask=a["tree_mask"],
-                            causal=a["causal"], max_q_len=a["max_q_len"], max_kv_len=a["max_kv_len"])
+        info = plan_info_for(a)
         assert info["name"].endswith(WGMMA_LOOKUP_MLA), info
     seed = new_seed()
     err = run_case(case, seed)
@@ -436,10 +441,7 @@ def test_mla_path_pinned(forced, layout, monkeypatch):
     c = _small_case(layout=layout, q_len=70, prefix=1000, batch=2)
     seed = new_seed()
     a = build_problem(c, seed, "cuda")
-    info = va.plan_info(a["q"], a["k"], a["v"], a["qo_indptr"], a["kv_indptr"], a.get("kv_indices"),
-                        a.get("kv_len"), page_size=a.get("page_size"), tree_mask=a["tree_mask"],
-                        causal=a["causal"], max_q_len=a["max_q_len"], max_kv_len=a["max_kv_len"],
-                        return_lse=True)
+    info = plan_info_for(a, return_lse=True)
     print(f"[path {layout} forced={forced}] {info['name']} splits={info['num_splits']}")
     assert info["name"].startswith(expected_path(True, forced)), info
     if expected_path(True, forced) == "wgmma_":
@@ -477,10 +479,7 @@ def test_grid_orders(model, layout, splits, force, order, monkeypatch):
                     prealloc=True)
     seed = new_seed()
     a = build_problem(c, seed, "cuda")
-    info = va.plan_info(a["q"], a["k"], a["v"], a["qo_indptr"], a["kv_indptr"], a.get("kv_indices"),
-                        a.get("kv_len"), page_size=a.get("page_size"), tree_mask=a["tree_mask"],
-                        causal=a["causal"], max_q_len=a["max_q_len"], max_kv_len=a["max_kv_len"],
-                        num_splits=splits)
+    info = plan_info_for(a, num_splits=splits)
     assert info["name"].startswith(expected_path(MODELS[model][0], force is not None)), info
     assert run_case(c, seed) < REL_TOL
 
