@@ -86,6 +86,9 @@ flags.DEFINE_list("compare_configs", [],
                   "the configuration each really ran (plan), which is the default one where the plan "
                   "refuses the forced tag for a shape. Compare the graph (g) times: the eager ones "
                   "include setting the variable around every call (microseconds of host time).")
+flags.DEFINE_integer("num_splits", 0, "Tuning only: our kernels' split-K count forced to this (the API's "
+                     "num_splits; 0 = the plan's choice), e.g. an A/B of two counts on one shape with "
+                     "tools/ab_bench.sh's AB_ARGS_B. The JSON's plan records the count that ran.")
 flags.DEFINE_bool("graph", True, "Also time CUDA-graph replay.")
 flags.DEFINE_bool("rotate", True, "Rotate among several input sets when one would stay in L2.")
 flags.DEFINE_integer("warmup", 3, "Warm-up calls per input set before timing (>= 0).")
@@ -181,6 +184,8 @@ def flag_errors():
         errs.append(f"--target_ms: must be > 0 (got {FLAGS.target_ms:g})")
     if FLAGS.timing_rounds < 1:
         errs.append(f"--timing_rounds: must be >= 1 (got {FLAGS.timing_rounds})")
+    if not 0 <= FLAGS.num_splits <= 65535:
+        errs.append(f"--num_splits: must be in [0, 65535] (got {FLAGS.num_splits})")
     if FLAGS.min_iters < 1:
         errs.append(f"--min_iters: must be >= 1 (got {FLAGS.min_iters})")
     elif FLAGS.min_iters > FLAGS.max_iters:
@@ -232,8 +237,10 @@ def build_impls(dry_run: bool, baselines_dir: str):
 
     if dry_run:
         return [torch_ref.TorchReference()]
-    impls = [ours.OursPaged()] + [ours.OursPaged(force_config=c) for c in FLAGS.compare_configs] + [
-        ours.OursFlat()]
+    ns = FLAGS.num_splits
+    impls = [ours.OursPaged(num_splits=ns)] + [
+        ours.OursPaged(force_config=c, num_splits=ns) for c in FLAGS.compare_configs] + [
+        ours.OursFlat(num_splits=ns)]
     known = {
         "sglang_extend": lambda: [sglang_triton.SGLangExtend(baselines_dir)],
         "sglang_chain": lambda: [sglang_triton.SGLangChain(baselines_dir)],

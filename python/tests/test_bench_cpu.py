@@ -405,6 +405,38 @@ def test_compare_configs_column_and_forced_env(monkeypatch):
     assert ours.OursPaged()._forced(lambda: os.environ["VERIFY_ATTN_FORCE_CONFIG"]) == "other"
 
 
+def test_bench_num_splits_reaches_every_call_of_ours(monkeypatch):
+    """bench --num_splits: our paged and flat calls, and the plan the JSON records, get the
+    forced split count; 0 passes none (the plan's choice)."""
+    import types
+
+    from benchlib import ours
+
+    calls = []
+
+    def record(name):
+        def fn(*args, **kw):
+            calls.append((name, kw.get("num_splits")))
+            return {"name": "stub"}
+        return fn
+
+    fake = types.SimpleNamespace(tree_attention_paged=record("paged"), tree_attention_flat=record("flat"),
+                                 plan_info=record("plan"))
+    monkeypatch.setitem(sys.modules, "verify_attn", fake)
+    shape = types.SimpleNamespace(heads=2, d_vo=8)
+    case = types.SimpleNamespace(shape=shape, total_q=3, dtype=torch.float32, device="cpu", page_size=1,
+                                 tree_mask=None, sm_scale=0.1, max_q_len=2, max_kv_len=5, kv_slot_runs=1,
+                                 qo_indptr=None, kv_indptr_pages=None, kv_indices=None, kv_len=None,
+                                 kv_indptr_flat=None)
+    inputs = types.SimpleNamespace(q=None, k_cache=None, v_cache=None, k_flat=None, v_flat=None)
+    for n in (22, 0):
+        calls.clear()
+        ours.OursPaged(num_splits=n).prepare(case, inputs)()
+        ours.OursFlat(num_splits=n).prepare(case, inputs)()
+        ours.OursPaged(num_splits=n).plan(case, inputs)
+        assert calls == [("paged", n or None), ("flat", n or None), ("plan", n or None)], calls
+
+
 def test_short_reason():
     e = RuntimeError("triton.runtime.errors.OutOfResources\nout of resource: shared memory, Required: 368640, "
                      "Hardware limit: 232448.")
@@ -983,6 +1015,8 @@ def test_bench_baselines_flag_flashmla(tmp_path):
     (["--page_size=64", "--kv_slot_runs_hint=64"], "--kv_slot_runs_hint: must be >= 0 (0 or 1: no hint), and <= 1"),
     (["--compare_configs=mla_m32n32_s1,bogus"], "--compare_configs: unknown 'bogus'; expected some of "
                                                 "mla_m64n32_s2, mla_m32n32_s2, mla_m32n32_s1, gqa_d64_m64n64_s2"),
+    (["--num_splits=-1"], "--num_splits: must be in [0, 65535] (got -1)"),
+    (["--num_splits=65536"], "--num_splits: must be in [0, 65535] (got 65536)"),
 ])
 def test_bench_flag_errors(args, match):
     bench = _bench_module()

@@ -15,10 +15,15 @@ from .baselines import Impl
 
 
 class OursFlat(Impl):
+    """The flat kernel; ``num_splits``: the API's forced split-K count (0: the plan's)."""
+
     name = "ours_flat"
     label = "verify_attn flat"
     competitor = False
     check_vs_ours = False
+
+    def __init__(self, num_splits=0):
+        self.num_splits = num_splits
 
     def prepare(self, case, inputs):
         import torch
@@ -28,6 +33,8 @@ class OursFlat(Impl):
         out = torch.empty((case.total_q, s.heads, s.d_vo), dtype=case.dtype, device=case.device)
         kw = dict(tree_mask=case.tree_mask, sm_scale=case.sm_scale, head_dim_vo=s.d_vo,
                   max_q_len=case.max_q_len, max_kv_len=case.max_kv_len, out=out)
+        if self.num_splits:
+            kw["num_splits"] = self.num_splits
         q, k, v = inputs.q, inputs.k_flat, inputs.v_flat
         qo, kvp = case.qo_indptr, case.kv_indptr_flat
 
@@ -44,15 +51,17 @@ class OursPaged(Impl):
     the variable at every call; a CUDA graph keeps what its capture planned), as
     the column ``ours_paged@<tag>``: an A/B of two kernel variants in one process,
     without the run-to-run drift of separate runs. A variant is also checked
-    against the default configuration's output."""
+    against the default configuration's output. ``num_splits``: the API's forced
+    split-K count (0: the plan's)."""
 
     name = "ours_paged"
     label = "verify_attn paged"
     competitor = False
     check_vs_ours = False
 
-    def __init__(self, force_config=None):
+    def __init__(self, force_config=None, num_splits=0):
         self.force_config = force_config
+        self.num_splits = num_splits
         if force_config:
             self.name = f"ours_paged@{force_config}"
             self.label = f"verify_attn paged @{force_config}"
@@ -85,6 +94,8 @@ class OursPaged(Impl):
                   head_dim_vo=s.d_vo, max_q_len=case.max_q_len, max_kv_len=case.max_kv_len, out=out)
         if case.kv_slot_runs > 1:  # (older wheels have no such argument)
             kw["kv_slot_runs"] = case.kv_slot_runs
+        if self.num_splits:
+            kw["num_splits"] = self.num_splits
         q, kc, vc = inputs.q, inputs.k_cache, inputs.v_cache
         args = (case.qo_indptr, case.kv_indptr_pages, case.kv_indices, case.kv_len)
 
@@ -100,6 +111,8 @@ class OursPaged(Impl):
 
         s = case.shape
         hint = {"kv_slot_runs": case.kv_slot_runs} if case.kv_slot_runs > 1 else {}
+        if self.num_splits:
+            hint["num_splits"] = self.num_splits
         return self._forced(lambda: va.plan_info(
             inputs.q, inputs.k_cache, inputs.v_cache, case.qo_indptr, case.kv_indptr_pages,
             case.kv_indices, case.kv_len, page_size=case.page_size, tree_mask=case.tree_mask,
