@@ -110,11 +110,11 @@ class OursPaged(Impl):
         import verify_attn as va
 
         s = case.shape
-        hint = {"kv_slot_runs": case.kv_slot_runs} if case.kv_slot_runs > 1 else {}
+        extra = {"kv_slot_runs": case.kv_slot_runs} if case.kv_slot_runs > 1 else {}
         if self.num_splits:
-            hint["num_splits"] = self.num_splits
+            extra["num_splits"] = self.num_splits
         return self._forced(lambda: va.plan_info(
             inputs.q, inputs.k_cache, inputs.v_cache, case.qo_indptr, case.kv_indptr_pages,
             case.kv_indices, case.kv_len, page_size=case.page_size, tree_mask=case.tree_mask,
             sm_scale=case.sm_scale, head_dim_vo=s.d_vo, max_q_len=case.max_q_len,
-            max_kv_len=case.max_kv_len, **hint))
+            max_kv_len=case.max_kv_len, **extra))
