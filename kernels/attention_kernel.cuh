@@ -81,11 +81,12 @@ __global__ void __launch_bounds__(Shape::kThreads, VA_MIN_BLOCKS(Shape))
   const int wm = warp / WN, wn = warp % WN;
   const int g = lane >> 2, t4 = lane & 3;
 
-  const int hk = cta_coord<Shape::kRowsGrid>(p).hk;  // (kernels/plan.h, grid_coord)
-  const int split = blockIdx.z;
+  const CtaCoord cc = cta_coord<Shape::kRowsGrid>(p);  // (kernels/plan.h, grid_coord)
+  const int hk = cc.hk;
+  const int split = blockIdx.z;  // cc.split, in every grid order
 
   // ---- request bounds and this split's KV tiles (kernels/core/request.cuh) ----
-  const Loader loader(p, cta_coord<Shape::kRowsGrid>(p).req, hk);
+  const Loader loader(p, cc.req, hk);
   RequestTile rt;
   if (!start_request<Shape, DT>(p, loader, hk, &rt)) return;
   const int q_start = rt.q_start, R = rt.R, row0 = rt.row0;

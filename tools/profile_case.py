@@ -52,7 +52,8 @@ def main():
                     help="time CUDA-graph replays (no host cost in the figure); one input set, unlike the "
                          "bench's rotation: L2-warm when the KV fits in L2")
     ap.add_argument("--target_ms", type=float, default=100.0, help="--graph: replay time to measure")
-    ap.add_argument("--num_splits", type=int, default=0)
+    ap.add_argument("--num_splits", type=int, default=0,
+                    help="our kernels' split-K count forced to this (0: the plan's choice)")
     ap.add_argument("--impl", default="verify_attn", choices=["verify_attn", "flashmla"])
     ap.add_argument("--seed", type=int, default=0,
                     help="seed of the page ids, the draft trees and the values (torch and random)")

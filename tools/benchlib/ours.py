@@ -14,6 +14,11 @@ product configuration: the speedups are quoted for it.
 from .baselines import Impl
 
 
+def _splits_kw(num_splits):
+    """The API's num_splits argument for a forced split-K count; none for 0 (the plan's)."""
+    return {"num_splits": num_splits} if num_splits else {}
+
+
 class OursFlat(Impl):
     """The flat kernel; ``num_splits``: the API's forced split-K count (0: the plan's)."""
 
@@ -32,9 +37,8 @@ class OursFlat(Impl):
         s = case.shape
         out = torch.empty((case.total_q, s.heads, s.d_vo), dtype=case.dtype, device=case.device)
         kw = dict(tree_mask=case.tree_mask, sm_scale=case.sm_scale, head_dim_vo=s.d_vo,
-                  max_q_len=case.max_q_len, max_kv_len=case.max_kv_len, out=out)
-        if self.num_splits:
-            kw["num_splits"] = self.num_splits
+                  max_q_len=case.max_q_len, max_kv_len=case.max_kv_len, out=out,
+                  **_splits_kw(self.num_splits))
         q, k, v = inputs.q, inputs.k_flat, inputs.v_flat
         qo, kvp = case.qo_indptr, case.kv_indptr_flat
 
@@ -94,8 +98,7 @@ class OursPaged(Impl):
                   head_dim_vo=s.d_vo, max_q_len=case.max_q_len, max_kv_len=case.max_kv_len, out=out)
         if case.kv_slot_runs > 1:  # (older wheels have no such argument)
             kw["kv_slot_runs"] = case.kv_slot_runs
-        if self.num_splits:
-            kw["num_splits"] = self.num_splits
+        kw.update(_splits_kw(self.num_splits))
         q, kc, vc = inputs.q, inputs.k_cache, inputs.v_cache
         args = (case.qo_indptr, case.kv_indptr_pages, case.kv_indices, case.kv_len)
 
@@ -111,8 +114,7 @@ class OursPaged(Impl):
 
         s = case.shape
         extra = {"kv_slot_runs": case.kv_slot_runs} if case.kv_slot_runs > 1 else {}
-        if self.num_splits:
-            extra["num_splits"] = self.num_splits
+        extra.update(_splits_kw(self.num_splits))
         return self._forced(lambda: va.plan_info(
             inputs.q, inputs.k_cache, inputs.v_cache, case.qo_indptr, case.kv_indptr_pages,
             case.kv_indices, case.kv_len, page_size=case.page_size, tree_mask=case.tree_mask,
