@@ -179,28 +179,42 @@ int choose_splits(int64_t base_ctas, int64_t kv_tiles, int num_sms, int ctas_per
   // epilogue), about 6 tiles (H200: B1 H16 T64 L32k ran 845 us with 17 splits
   // = 2.06 waves, 627 us with 8 = 0.97 waves, 635 us with 33, 679 us with 66).
   // Each split adds its partial rows to write and merge: about a third of a
-  // tile per split (H200, TMA kernel, B1 H16 T16 L4k, three tile pairs per CTA:
-  // 28.7 / 29.9 / 30.3 us with 11 / 13 / 16 splits; 31.6 us with 22 splits of
-  // two pairs: BENCHMARKS.md, session 9; rechecked in session 11 after the
-  // faster merge of 12a1349: the counts this picks were best or within 3% of
-  // every forced count from 6 to 33).
+  // tile per split on the portable kernels (H200, B1 H16 T16 L4k, sessions 9
+  // and 11: the counts this picks were best or within 3% of every forced count
+  // from 6 to 33).
+  // The sm_90a kernels (granule 2) were refit in session 25 (H200, page 64,
+  // the bench's graph replay, one process per count; BENCHMARKS.md): B1 H16
+  // T16 L4k 11 / 13 / 16 / 17 / 22 splits 21.3 / 21.5 / 22.0 / 19.4 / 20.6 us,
+  // B1 H16 T16 L32k 29 / 33 splits 48.2 / 50.2 us. So: a quarter of a tile per
+  // split; up to ceil(kv_tiles / kMinTilesPerSplit) splits (17 of 65 tiles:
+  // shares of 3 and 4, where the portable rule stops at 16); and a split grid
+  // fills at most 97% of the SMs (128 of the H200's 132: 33 splits of 4 row
+  // tiles, 132 CTAs, ran slower than 29, 116 CTAs, with 11% fewer tiles each;
+  // the SM clock falls as more SMs are busy, BENCHMARKS.md session 24;
+  // FlashMLA's B1 grids use 128).
   constexpr double kFixedTiles = 6.0;
-  constexpr double kMergeTilesPerSplit = 1.0 / 3.0;
+  const bool pairs = tile_granule > 1;
+  const double merge_tiles_per_split = pairs ? 0.25 : 1.0 / 3.0;
+  const int split_sms = pairs ? std::max(1, num_sms * 97 / 100) : num_sms;
   const int64_t slots = static_cast<int64_t>(num_sms) * std::max(1, ctas_per_sm);
+  const int64_t split_slots = static_cast<int64_t>(split_sms) * std::max(1, ctas_per_sm);
   const int64_t granule = std::max(1, tile_granule);
   // A batch that already fills every CTA slot is never split (and this keeps
   // base_ctas * s below far from overflowing).
   if (base_ctas <= 0 || kv_tiles <= 0 || base_ctas >= slots) return 1;
   const int64_t cap = std::min<int64_t>(
-      kMaxAutoSplits, std::max<int64_t>(1, kv_tiles / kMinTilesPerSplit));
+      kMaxAutoSplits,
+      std::max<int64_t>(1, pairs ? (kv_tiles + kMinTilesPerSplit - 1) / kMinTilesPerSplit
+                                 : kv_tiles / kMinTilesPerSplit));
   int best = 1;
   double best_cost = 0;
   for (int64_t s = 1; s <= cap; ++s) {
-    const int64_t waves = (base_ctas * s + slots - 1) / slots;
     const int64_t share = ((kv_tiles + s - 1) / s + granule - 1) / granule * granule;
+    const int64_t waves = s == 1 ? (base_ctas + slots - 1) / slots
+                                 : (base_ctas * s + split_slots - 1) / split_slots;
     const double per_cta = static_cast<double>(share) + kFixedTiles;
-    const double cost =
-        static_cast<double>(waves) * per_cta + kMergeTilesPerSplit * static_cast<double>(s);
+    const double cost = static_cast<double>(waves) * per_cta +
+                        merge_tiles_per_split * static_cast<double>(s);
     if (s == 1 || cost < best_cost * 0.98) {  // a split must win by 2% to be taken
       best = static_cast<int>(s);
       best_cost = cost;

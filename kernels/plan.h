@@ -349,7 +349,9 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan);
 // taking its tiles `tile_granule` at a time (2: the sm_90a kernels' tile pairs):
 // the count that minimises (waves of CTAs) x (tiles per CTA, rounded up to the
 // granule, + fixed cost per CTA) + a merge cost per split, so a split that
-// leaves a partial last wave is not taken (wave quantisation).
+// leaves a partial last wave is not taken (wave quantisation). The sm_90a
+// kernels (granule 2) have their own merge cost, split cap and share of the
+// SMs (plan.cc, H200 fit).
 int choose_splits(int64_t base_ctas, int64_t kv_tiles, int num_sms, int ctas_per_sm,
                   int tile_granule = 1);
 

@@ -428,10 +428,16 @@ int main() {
   CHECK(va::choose_splits(16, 1026, 132, 1) == 8, "B1 H16 T64 L32k: 8 splits (one wave)");
   CHECK(va::choose_splits(128, 129, 132, 1) == 1, "128 CTAs already fill the GPU");
   CHECK(va::choose_splits(1, 3, 132, 1) == 1, "too few tiles to split");
-  // The TMA kernel's tile pairs (granule 2) and the merge cost per split
-  // (H200, session 9: 28.7 / 29.9 us with 11 / 13 splits on B1 H16 T16 L4k).
-  CHECK(va::choose_splits(4, 65, 132, 1, 2) == 11,
-        "B1 H16 T16 L4k: 11 splits of 3 pairs, not 13 of 2.5");
+  // The sm_90a kernels' tile pairs (granule 2) and their cost model (H200,
+  // session 25, plan.cc): B1 H16 T16 L4k 19.4 us with 17 splits of 2 pairs,
+  // 21.3 / 21.5 / 22.0 / 20.6 us with 11 / 13 / 16 / 22 (shares of 6 / 5 / 5 /
+  // 3 tiles, an odd share costing its whole last pair); B1 H16 T16 L32k 48.2
+  // us with 29 splits (116 CTAs), 50.2 with 33 (132).
+  CHECK(va::choose_splits(4, 65, 132, 1, 2) == 17, "B1 H16 T16 L4k: 17 splits of 2 pairs");
+  CHECK(va::choose_splits(4, 513, 132, 1, 2) == 29,
+        "B1 H16 T16 L32k: 29 splits (116 CTAs), not 33 (132: every SM)");
+  CHECK(va::choose_splits(4, 65, 132, 1, 1) == 13,
+        "B1 H16 T16 L4k on a portable kernel (granule 1, its own model): 13 splits");
   CHECK(va::choose_splits(8, 65, 132, 1, 2) == 11, "B1 H16 T32 L4k: 11 splits");
   CHECK(va::choose_splits(16, 513, 132, 1, 2) == 8, "B1 H16 T64 L32k on the TMA kernel: 8 splits");
   CHECK(va::choose_splits(64, 129, 132, 1, 2) == 2, "B1 H128 T32 L8k: 2 splits");
