@@ -293,6 +293,7 @@ KernelParams make_kernel_params(const va_params* p, const Plan& plan) {
   kp.num_splits = plan.splits;
   kp.ws_rows = plan.ws_rows;
   kp.grid_rows_fastest = plan.grid_rows_fastest ? 1 : 0;
+  kp.early_a0_release = plan.early_a0_release ? 1 : 0;
   if (plan.splits > 1) {
     kp.ws_o = static_cast<float*>(p->workspace);
     kp.ws_lse = reinterpret_cast<float*>(static_cast<char*>(p->workspace) + plan.ws_o_bytes);

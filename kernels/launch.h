@@ -64,6 +64,9 @@ struct KernelParams {
   // Hkv + kv head, row tile, split); 1: (row tile, request * Hkv + kv head,
   // split). Plan::grid_rows_fastest.
   int32_t grid_rows_fastest;
+  // sm_90a TMA kernel: 1 releases stage 0's blocks 0-3 right after consumer
+  // 0's P_A V_A[:, L]. Plan::early_a0_release.
+  int32_t early_a0_release;
 
   // sm_90a TMA configurations (kSeesawTma): the CUtensorMap of the K cache
   // (kernels/sm90/tma_host.h), read by the kernel through its

@@ -247,6 +247,22 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
                      order);
     }
   }
+  // The TMA kernel's early release of stage 0 blocks 0-3 (Plan::early_a0_release):
+  // VERIFY_ATTN_EARLY_A0=1 / 0 forces it on / off (A/B and test knob).
+  const char* early_knob = std::getenv("VERIFY_ATTN_EARLY_A0");
+  int early_a0 = -1;  // the plan's rule
+  if (early_knob && *early_knob) {
+    if (std::strcmp(early_knob, "1") == 0) {
+      early_a0 = 1;
+    } else if (std::strcmp(early_knob, "0") == 0) {
+      early_a0 = 0;
+    } else {
+      return va_fail(VA_ERR_INVALID_VALUE,
+                     "VERIFY_ATTN_EARLY_A0: '%.32s' is neither '1' nor '0' (unset it for the "
+                     "plan's rule)",
+                     early_knob);
+    }
+  }
   const bool mla = p.v_is_k_prefix == 1;
   const int group = p.num_qo_heads / p.num_kv_heads;
   const int64_t rows_max = static_cast<int64_t>(std::max(p.max_q_len, 1)) * group;
@@ -365,6 +381,17 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
   plan->skip_draft_tiles =
       (chosen == kCfgMlaWgmmaSeesawTma || chosen == kCfgMlaWgmmaSeesawRows) &&
       p.mask_mode == VA_MASK_TREE && p.max_q_len > 4 * d.n;
+  // Stage 0's blocks 0-3 released for refill as soon as consumer 0's P_A
+  // V_A[:, L] completes, not after consumer 1's max of tile B: where one row
+  // tile covers a request's rows (its KV read by this CTA alone, from DRAM:
+  // the bandwidth-bound regime) the next tile A's first blocks are then in
+  // flight while tile B lands. H200, page 64, 2 + 2 processes each
+  // (BENCHMARKS.md session 25): B128 H16 T4 L4k -2.1% (knob A/B, one wheel) and
+  // -0.6% (against main's wheel, another call): a small gain; on rows of
+  // several row tiles per request -0.4..+0.5% (B1 H16 T64 L32k +0.5%; session
+  // 6 measured +2% there on an older kernel), so only where the rule says.
+  const bool seesaw = chosen == kCfgMlaWgmmaSeesawTma || chosen == kCfgMlaWgmmaSeesawRows;
+  plan->early_a0_release = seesaw && (early_a0 >= 0 ? early_a0 == 1 : row_tiles == 1);
   // (The order's rule: at the top of this function.)
   plan->grid_rows_fastest =
       rows_fastest && d.rows_grid && static_cast<int64_t>(p.batch_size) * p.num_kv_heads <= 65535;

@@ -320,6 +320,10 @@ struct Plan {
   // (ConfigDesc::rows_grid: the sm_90a MLA kernels) whenever batch_size * Hkv
   // <= 65535 (grid y's limit), unless VERIFY_ATTN_GRID_ORDER=requests.
   bool grid_rows_fastest;
+  // The sm_90a TMA kernel releases stage 0's blocks 0-3 for refill right after
+  // consumer 0's P_A V_A[:, L] (kernels/sm90/mla_seesaw_kernel.cuh): when a
+  // request's rows fit one row tile (plan.cc), or VERIFY_ATTN_EARLY_A0=1 / 0.
+  bool early_a0_release;
   int64_t ws_rows;       // total_q * num_qo_heads (rows of the partial arrays)
   size_t ws_o_bytes;     // splits * ws_rows * Dv * 4 (0 when splits == 1)
   size_t workspace_bytes;

@@ -48,8 +48,9 @@
 //       [ISSUED]; releases stage 1 blocks 4-7 and stage 0 blocks 4-8 for
 //       refill as each of the two completes.
 //   C0: waits SCALE1; stores P_A 2^(m0 - m1) over K_A's block 8 [PA];
-//       releases stage 0 blocks 0-3 (free since its P V; releasing them
-//       right after it measured slower: BENCHMARKS, `_a0e`);
+//       releases stage 0 blocks 0-3 (free since its P V, where the plan's
+//       early_a0_release releases them: one row tile per request, the
+//       bandwidth-bound regime; elsewhere that measured slower, `_a0e`);
 //       O_L *= 2^(m0 - m1); waits
 //       PB and ISSUED (so C1's P_A V_A[:, R], whose completion frees what
 //       C0's next scores wait for last, runs first);
@@ -350,6 +351,12 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       wgmma_commit();
       wgmma_wait<0>();
       fence_regs(o);
+      // Blocks 0-3 of K_A are free now; the plan's early release
+      // (Plan::early_a0_release: a request's rows in one row tile, the
+      // bandwidth-bound regime) hands them to the producer here, else after
+      // P_A's store below (right here measured slower on compute-bound rows:
+      // BENCHMARKS, `_a0e`, session 6; session 25).
+      if (p.early_a0_release && !last) release(kGroupA0);
 
       // C1's max m1: P_A to m1's base for C1, O_L and l as well.
       named_barrier_sync(kBarScale1, 256);
@@ -383,8 +390,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       const bool more = pair + 1 < n_pairs;
       tile_a(may, pair, !more);
       // Blocks 0-3 of K_A are free since P_A V_A[:, L]; released only now
-      // (right after P_A V_A[:, L] measured slower: BENCHMARKS, `_a0e`).
-      if (more) release(kGroupA0);
+      // unless the plan released them there (early_a0_release, above).
+      if (more && !p.early_a0_release) release(kGroupA0);
       scale_o(o, scale1);
 
       // O_L += P_B V_B[:, L]: C1 stored P_B and queued its P_A V_A[:, R] (its

@@ -337,6 +337,55 @@ int main() {
       }
     }
     unsetenv("VERIFY_ATTN_GRID_ORDER");
+    // Early release of the TMA kernel's stage 0 blocks 0-3: the seesaw (TMA)
+    // configurations when a request's rows fit one row tile (B128 H16 T4),
+    // not with several (B1 H16 T64) nor on the other kernels;
+    // VERIFY_ATTN_EARLY_A0=1 / 0 forces it on the seesaw ones, a bad value fails.
+    if (std::string(va_compiled_archs()).find("sm_90a") != std::string::npos) {
+      // A bf16 MLA cache of `page` slots per page (1: slots in runs of 64, the
+      // kv_slot_runs hint), laid out as the TMA kernels need.
+      auto mla_cache = [&](int b, int hq, int q, int page) {
+        va_params p = shape(true, 576, hq, 1, b, q, 4096);
+        p.dtype = VA_DTYPE_BF16;
+        p.kv_layout = VA_KV_PAGED;
+        p.page_size = page;
+        p.num_pages = 100000;
+        p.k = reinterpret_cast<const void*>(uintptr_t{1} << 20);
+        p.k_stride_token = 576;
+        p.k_stride_page = static_cast<int64_t>(page) * 576;
+        if (page == 1) p.kv_slot_runs = 64;
+        return p;
+      };
+      for (const char* knob : {"", "1", "0", "yes"}) {
+        setenv("VERIFY_ATTN_EARLY_A0", knob, 1);
+        // {batch, heads, q_len, page_size, one row tile per request}
+        for (const auto& c : std::vector<std::tuple<int, int, int, int, bool>>{
+                 {128, 16, 4, 64, true}, {1, 16, 64, 64, false}, {4, 16, 4, 1, true},
+                 {4, 16, 64, 1, false}, {4, 16, 4, 16, true}}) {
+          const int b = std::get<0>(c), hq = std::get<1>(c), q = std::get<2>(c);
+          const int page = std::get<3>(c);
+          va_params p = mla_cache(b, hq, q, page);
+          va::Plan plan;
+          const va_status st = va::make_plan(p, sm90, &plan);
+          if (std::string(knob) == "yes") {
+            CHECK(st == VA_ERR_INVALID_VALUE &&
+                      std::string(va_last_error_message()).find("VERIFY_ATTN_EARLY_A0") !=
+                          std::string::npos,
+                  "bad VERIFY_ATTN_EARLY_A0 must fail naming the knob: %s", va_last_error_message());
+            continue;
+          }
+          CHECK(st == VA_OK, "make_plan B%d q%d: %s", b, q, va_last_error_message());
+          const bool seesaw = plan.config == va::kCfgMlaWgmmaSeesawTma ||
+                              plan.config == va::kCfgMlaWgmmaSeesawRows;
+          CHECK(seesaw == (page != 16), "page %d: the TMA kernels at page 64 and hinted page 1 (%s)",
+                page, plan.name);
+          const bool want = seesaw && (*knob ? std::string(knob) == "1" : std::get<4>(c));
+          CHECK(plan.early_a0_release == want, "early_a0 '%s' B%d H%d q%d page %d (%s): %d", knob,
+                b, hq, q, page, plan.name, plan.early_a0_release);
+        }
+      }
+      unsetenv("VERIFY_ATTN_EARLY_A0");
+    }
     // The sm_90a MLA kernel on sm_90 takes the rows-first grid by default.
     if (std::string(va_compiled_archs()).find("sm_90a") != std::string::npos) {
       va::Plan plan;

@@ -484,6 +484,36 @@ def test_grid_orders(model, layout, splits, force, order, monkeypatch):
     assert run_case(c, seed) < REL_TOL
 
 
+# The TMA kernel's early release of stage 0's blocks 0-3 (Plan::early_a0_release,
+# kernels/plan.cc): the plan's rule turns it on where a request's rows fit one
+# row tile (q_len 4 at 16 heads), VERIFY_ATTN_EARLY_A0=1 / 0 forces it on / off;
+# every combination against the reference, paged (split and unsplit) and flat.
+# Which plans take it is pinned on the host (kernels/tests/plan_test.cc).
+EARLY_CASES = [(layout, splits, q_len, knob) for layout, splits in (("paged64", 0), ("paged64", 3),
+                                                                     ("flat", 0))
+               for q_len in (4, 70) for knob in ("", "0", "1")]
+
+
+@pytest.mark.parametrize("layout,splits,q_len,knob", EARLY_CASES,
+                         ids=["-".join(str(x) for x in c) for c in EARLY_CASES])
+def test_early_a0_release(layout, splits, q_len, knob, monkeypatch):
+    monkeypatch.setenv("VERIFY_ATTN_EARLY_A0", knob)
+    c = _small_case(model="mla_h16", layout=layout, splits=splits, batch=5, q_len=q_len, prefix=700,
+                    prealloc=True)
+    seed = new_seed()
+    a = build_problem(c, seed, "cuda")
+    info = plan_info_for(a, num_splits=splits)
+    assert info["name"].startswith(expected_path(MODELS["mla_h16"][0], False)), info
+    assert run_case(c, seed) < REL_TOL
+
+
+def test_early_a0_knob_rejects_unknown(monkeypatch):
+    monkeypatch.setenv("VERIFY_ATTN_EARLY_A0", "yes")
+    a = build_problem(_small_case(), 1, "cuda")
+    with pytest.raises(ValueError, match="VERIFY_ATTN_EARLY_A0"):
+        call_api(a)
+
+
 def test_grid_order_knob_rejects_unknown(monkeypatch):
     monkeypatch.setenv("VERIFY_ATTN_GRID_ORDER", "columns")
     a = build_problem(_small_case(), 1, "cuda")

@@ -221,6 +221,26 @@ def test_kv_slot_runs_hint_takes_the_tma_kernel(splits, seed, dtype):
     assert ((out.double() - out1.double()).norm() / out1.double().norm()).item() < 1e-2
 
 
+@pytest.mark.parametrize("knob", ["", "0", "1"], ids=["rule", "off", "on"])
+@pytest.mark.parametrize("splits", [0, 3], ids=["splits0", "splits3"])
+def test_kv_slot_runs_hint_early_a0_release(knob, splits, monkeypatch):
+    """The rows kernel with the early release of stage 0's blocks 0-3 (Plan::early_a0_release:
+    the plan's rule where a request's rows fit one row tile, q_len <= 4 at 16 heads;
+    VERIFY_ATTN_EARLY_A0=1 / 0 forces it) and without, against the reference: requests of one
+    row tile, then of several."""
+    monkeypatch.setenv("VERIFY_ATTN_EARLY_A0", knob)
+    seed = random.SystemRandom().randrange(2**31)
+    print(f"seed {seed}")
+    for q_lens in ([4, 3, 1, 4, 2], [5, 16, 3, 64, 7]):
+        a, mq, mkv = make(seed, KINDS, q_lens=q_lens, prefixes=[40, 700, 129, 1000, 300])
+        name = verify_attn.plan_info(a["q"], a["k"], None, a["qo"], a["kv_indptr"], a["kv_indices"],
+                                     a["kv_len"], tree_mask=a["tree"], max_q_len=mq, max_kv_len=mkv,
+                                     num_splits=splits, kv_slot_runs=64)["name"]
+        assert name.endswith(TMA_ROWS), name
+        out, lse = run(a, mq, mkv, splits, kv_slot_runs=64)
+        assert_close(out, lse, *ref(a))
+
+
 @pytest.mark.parametrize("heads", [16, 64, 128], ids=["h16", "h64", "h128"])
 def test_kv_slot_runs_hint_padded_cache_and_heads(heads):
     a, mq, mkv = make(5, ["runs", "shifted", "runs"], q_lens=[4, 32, 9], prefixes=[500, 260, 2000],
