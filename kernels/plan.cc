@@ -179,19 +179,20 @@ int choose_splits(int64_t base_ctas, int64_t kv_tiles, int num_sms, int ctas_per
   // epilogue), about 6 tiles (H200: B1 H16 T64 L32k ran 845 us with 17 splits
   // = 2.06 waves, 627 us with 8 = 0.97 waves, 635 us with 33, 679 us with 66).
   // Each split adds its partial rows to write and merge: about a third of a
-  // tile per split on the portable kernels (H200, B1 H16 T16 L4k, sessions 9
-  // and 11: the counts this picks were best or within 3% of every forced count
-  // from 6 to 33).
+  // tile per split (fit on the TMA kernel then: H200, B1 H16 T16 L4k, sessions
+  // 9 and 11, the counts this picked were best or within 3% of every forced
+  // count from 6 to 33); the portable kernels keep that model (not refit on
+  // them).
   // The sm_90a kernels (granule 2) were refit in session 25 (H200, page 64,
   // the bench's graph replay, one process per count; BENCHMARKS.md): B1 H16
   // T16 L4k 11 / 13 / 16 / 17 / 22 splits 21.3 / 21.5 / 22.0 / 19.4 / 20.6 us,
   // B1 H16 T16 L32k 29 / 33 splits 48.2 / 50.2 us. So: a quarter of a tile per
   // split; up to ceil(kv_tiles / kMinTilesPerSplit) splits (17 of 65 tiles:
-  // shares of 3 and 4, where the portable rule stops at 16); and a split grid
-  // fills at most 97% of the SMs (128 of the H200's 132: 33 splits of 4 row
-  // tiles, 132 CTAs, ran slower than 29, 116 CTAs, with 11% fewer tiles each;
-  // the SM clock falls as more SMs are busy, BENCHMARKS.md session 24;
-  // FlashMLA's B1 grids use 128).
+  // shares of 3 and 4, where the portable rule stops at 16); and a split
+  // grid's waves are counted over 97% of the SMs (128 of the H200's 132: 33
+  // splits of 4 row tiles, 132 CTAs, ran slower than 29, 116 CTAs, with 11%
+  // fewer tiles each; the SM clock falls as more SMs are busy, BENCHMARKS.md
+  // session 24; FlashMLA's B1 grids use 128).
   constexpr double kFixedTiles = 6.0;
   const bool pairs = tile_granule > 1;
   const double merge_tiles_per_split = pairs ? 0.25 : 1.0 / 3.0;
@@ -386,10 +387,13 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
   // tile covers a request's rows (its KV read by this CTA alone, from DRAM:
   // the bandwidth-bound regime) the next tile A's first blocks are then in
   // flight while tile B lands. H200, page 64, 2 + 2 processes each
-  // (BENCHMARKS.md session 25): B128 H16 T4 L4k -2.1% (knob A/B, one wheel) and
-  // -0.6% (against main's wheel, another call): a small gain; on rows of
-  // several row tiles per request -0.4..+0.5% (B1 H16 T64 L32k +0.5%; session
-  // 6 measured +2% there on an older kernel), so only where the rule says.
+  // (BENCHMARKS.md session 25): B128 H16 T4 L4k -2.1% (knob A/B on one wheel)
+  // and -0.6% (this rule against the split-model wheel, another call; within
+  // the row's 1-2% spread): small. Rows of several row tiles per request, knob
+  // on everywhere: B1 H16 T64 L32k +0.5%, B4 H16 T64 L128k -2.9% (its spread is
+  // larger), the others -0.4..+0.1%; session 6 (`_a0e`, older kernel): B1 H16
+  // T64 L32k +2%, B16 -1.0%, B4 -0.3%. Mixed there, so only where the
+  // mechanism (a lone reader's DRAM latency) is the bound.
   const bool seesaw = chosen == kCfgMlaWgmmaSeesawTma || chosen == kCfgMlaWgmmaSeesawRows;
   plan->early_a0_release = seesaw && (early_a0 >= 0 ? early_a0 == 1 : row_tiles == 1);
   // (The order's rule: at the top of this function.)

@@ -40,7 +40,9 @@
 //
 // Per pair, with m the running row max shared in shared memory (sM):
 //   C0: S_A -> m0 = max(m, rowmax S_A), P_A = exp2(S_A - m0), O_L *= 2^(m - m0),
-//       publishes m0 [barrier SCALE0]; O_L += P_A V_A[:, L] (P from registers).
+//       publishes m0 [barrier SCALE0]; O_L += P_A V_A[:, L] (P from registers);
+//       with the plan's early_a0_release (a request's rows in one row tile,
+//       the bandwidth-bound regime) releases stage 0 blocks 0-3 here.
 //   C1: waits SCALE0; m1 = max(m0, rowmax S_B), P_B = exp2(S_B - m1),
 //       O_R *= 2^(m - m1), publishes m1 [SCALE1]; stores P_B (shared memory,
 //       over K_B's no longer needed rope block 8) [PB]; issues
@@ -48,9 +50,9 @@
 //       [ISSUED]; releases stage 1 blocks 4-7 and stage 0 blocks 4-8 for
 //       refill as each of the two completes.
 //   C0: waits SCALE1; stores P_A 2^(m0 - m1) over K_A's block 8 [PA];
-//       releases stage 0 blocks 0-3 (free since its P V, where the plan's
-//       early_a0_release releases them: one row tile per request, the
-//       bandwidth-bound regime; elsewhere that measured slower, `_a0e`);
+//       releases stage 0 blocks 0-3 unless released above (free since its
+//       P V; releasing them there everywhere measured mixed: BENCHMARKS
+//       sessions 6, `_a0e`, and 25);
 //       O_L *= 2^(m0 - m1); waits
 //       PB and ISSUED (so C1's P_A V_A[:, R], whose completion frees what
 //       C0's next scores wait for last, runs first);
@@ -331,7 +333,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     // C1's max m1: l and m to m1's base, P_A stored at m1's base for C1 [PA]
     // (O_L is rescaled by scale1 afterwards). `last`: C0's row sums are final
     // (P_B's are C1's): published now, so C1 writes its output columns while
-    // C0 finishes.
+    // C0 finishes; and nothing refills stage 0 (no early release).
     auto tile_a = [&](auto may, int pair, bool last) {
       float mx[2];
       mask_scores<N, decltype(may)::value, kSkip>(s, p, rc, rmask, my_row, t4, 2 * pair, mx);
@@ -373,7 +375,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     };
     // The loop is rotated: the scores of pair + 1 are issued at the end of
     // pair (their blocks 0-3 under this pair's last P V, as those were
-    // released after the P_A store), so nothing is in flight across the back
+    // released after P_A V_A[:, L] or the P_A store), so nothing is in flight across the back
     // edge (else ptxas serializes every wgmma, C7514).
     if (n_pairs > 0) {
       issue_scores<DT, 0, 9, true>(s, full_bar[0], 0, true, q_addr, q_rope, kA, kOrder);

@@ -497,13 +497,18 @@ EARLY_CASES = [(layout, splits, q_len, knob) for layout, splits in (("paged64", 
 @pytest.mark.parametrize("layout,splits,q_len,knob", EARLY_CASES,
                          ids=["-".join(str(x) for x in c) for c in EARLY_CASES])
 def test_early_a0_release(layout, splits, q_len, knob, monkeypatch):
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the TMA kernel (the flag's only reader) is sm_90a only")
     monkeypatch.setenv("VERIFY_ATTN_EARLY_A0", knob)
+    # NaN in the cache slots no request owns: a page-64 tile brings the rows
+    # past kv_len with it, which the consumers zero (zero_tail) before the P V
+    # that precedes the early release.
     c = _small_case(model="mla_h16", layout=layout, splits=splits, batch=5, q_len=q_len, prefix=700,
-                    prealloc=True)
+                    prealloc=True, poison_kv=True)
     seed = new_seed()
     a = build_problem(c, seed, "cuda")
     info = plan_info_for(a, num_splits=splits)
-    assert info["name"].startswith(expected_path(MODELS["mla_h16"][0], False)), info
+    assert info["name"].endswith("mla_wgmma_seesaw_tma"), info
     assert run_case(c, seed) < REL_TOL
 
 
