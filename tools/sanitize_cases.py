@@ -148,6 +148,12 @@ def main():
         # (folded rows 160 / 80 and 192 / 96 / 192: both paths in each launch)
         dict(mla=True, paged=True, dtype=torch.bfloat16, batch=2, q_len=10, prefix=200, heads=16, hkv=1, d=0, page_size=1, causal=False, splits=1),
         dict(mla=True, paged=True, dtype=torch.float16, batch=3, q_len=12, prefix=250, heads=16, hkv=1, d=0, page_size=64, causal=False, splits=1),
+        # a request's rows in one row tile (q_len 4 / 2 at 16 heads): the TMA kernel with
+        # the plan's early release of stage 0's blocks 0-3 (Plan::early_a0_release),
+        # unsplit and split, page 64 and the hinted page-1 rows kernel
+        dict(mla=True, paged=True, dtype=torch.bfloat16, batch=3, q_len=4, prefix=300, heads=16, hkv=1, d=0, page_size=64, causal=False, splits=0),
+        dict(mla=True, paged=True, dtype=torch.bfloat16, batch=3, q_len=4, prefix=300, heads=16, hkv=1, d=0, page_size=64, causal=False, splits=3),
+        dict(mla=True, paged=True, dtype=torch.float16, batch=2, q_len=4, prefix=260, heads=16, hkv=1, d=0, page_size=1, causal=False, splits=0, kv_slot_runs=64),
         # page_size 16, pages in order (the cp.async kernel; the flat MLA case above runs the TMA kernel)
         dict(mla=True, paged=True, dtype=torch.bfloat16, batch=2, q_len=20, prefix=400, heads=16, hkv=1, d=0, page_size=16, causal=False, splits=2, in_order=True),
         # page_size 1 with the kv_slot_runs hint: the TMA kernel through the rows map
