@@ -110,6 +110,25 @@ bool layout_ok(int id, const va_params& p) {
   return true;
 }
 
+// An A/B and test knob of two values read from the environment: *value = 1
+// for `on`, 0 for `off`, unchanged when unset or empty; anything else fails
+// with VA_ERR_INVALID_VALUE naming the knob (make_plan reads its knobs first,
+// so a bad one fails before anything is planned).
+va_status read_switch_knob(const char* name, const char* on, const char* off, int* value) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return VA_OK;
+  if (std::strcmp(v, on) == 0) {
+    *value = 1;
+  } else if (std::strcmp(v, off) == 0) {
+    *value = 0;
+  } else {
+    return va_fail(VA_ERR_INVALID_VALUE,
+                   "%s: '%.32s' is neither '%s' nor '%s' (unset it for the plan's default)", name, v,
+                   on, off);
+  }
+  return VA_OK;
+}
+
 }  // namespace
 
 const ConfigDesc& config_desc(ConfigId id) { return kDescs[id]; }
@@ -236,34 +255,15 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
   // order either way. The portable kernels keep the request-major grid
   // (GQA measured -0.5..+0.2% with the rows first; sm_120 not measured).
   // VERIFY_ATTN_GRID_ORDER=requests (A/B and test knob) keeps it everywhere.
-  const char* order = std::getenv("VERIFY_ATTN_GRID_ORDER");
-  bool rows_fastest = true;
-  if (order && *order) {
-    if (std::strcmp(order, "requests") == 0) {
-      rows_fastest = false;
-    } else if (std::strcmp(order, "rows") != 0) {
-      return va_fail(VA_ERR_INVALID_VALUE,
-                     "VERIFY_ATTN_GRID_ORDER: '%.32s' is neither 'rows' nor 'requests' (unset it "
-                     "for the default, rows)",
-                     order);
-    }
-  }
+  int rows_knob = -1;  // 1: rows, 0: requests, -1: unset (the default, rows)
+  va_status st = read_switch_knob("VERIFY_ATTN_GRID_ORDER", "rows", "requests", &rows_knob);
+  if (st != VA_OK) return st;
+  const bool rows_fastest = rows_knob != 0;
   // The TMA kernel's early release of stage 0 blocks 0-3 (Plan::early_a0_release):
   // VERIFY_ATTN_EARLY_A0=1 / 0 forces it on / off (A/B and test knob).
-  const char* early_knob = std::getenv("VERIFY_ATTN_EARLY_A0");
-  int early_a0 = -1;  // the plan's rule
-  if (early_knob && *early_knob) {
-    if (std::strcmp(early_knob, "1") == 0) {
-      early_a0 = 1;
-    } else if (std::strcmp(early_knob, "0") == 0) {
-      early_a0 = 0;
-    } else {
-      return va_fail(VA_ERR_INVALID_VALUE,
-                     "VERIFY_ATTN_EARLY_A0: '%.32s' is neither '1' nor '0' (unset it for the "
-                     "plan's rule)",
-                     early_knob);
-    }
-  }
+  int early_a0 = -1;  // -1: the plan's rule
+  st = read_switch_knob("VERIFY_ATTN_EARLY_A0", "1", "0", &early_a0);
+  if (st != VA_OK) return st;
   const bool mla = p.v_is_k_prefix == 1;
   const int group = p.num_qo_heads / p.num_kv_heads;
   const int64_t rows_max = static_cast<int64_t>(std::max(p.max_q_len, 1)) * group;
@@ -379,9 +379,8 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
   // skip T1024 L8k -3%, T512 L2k / L4k / L8k -1.5 / -0.8 / -0.8%; T256 L1k /
   // L4k / L8k +5.3 / +2.8 / +1.3%, its per-visit tile lookup costing more than
   // the few tiles it skips there.
-  plan->skip_draft_tiles =
-      (chosen == kCfgMlaWgmmaSeesawTma || chosen == kCfgMlaWgmmaSeesawRows) &&
-      p.mask_mode == VA_MASK_TREE && p.max_q_len > 4 * d.n;
+  const bool seesaw = chosen == kCfgMlaWgmmaSeesawTma || chosen == kCfgMlaWgmmaSeesawRows;
+  plan->skip_draft_tiles = seesaw && p.mask_mode == VA_MASK_TREE && p.max_q_len > 4 * d.n;
   // Stage 0's blocks 0-3 released for refill as soon as consumer 0's P_A
   // V_A[:, L] completes, not after consumer 1's max of tile B: where one row
   // tile covers a request's rows (its KV read by this CTA alone, from DRAM:
@@ -394,7 +393,6 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
   // larger), the others -0.4..+0.1%; session 6 (`_a0e`, older kernel): B1 H16
   // T64 L32k +2%, B16 -1.0%, B4 -0.3%. Mixed there, so only where the
   // mechanism (a lone reader's DRAM latency) is the bound.
-  const bool seesaw = chosen == kCfgMlaWgmmaSeesawTma || chosen == kCfgMlaWgmmaSeesawRows;
   plan->early_a0_release = seesaw && (early_a0 >= 0 ? early_a0 == 1 : row_tiles == 1);
   // (The order's rule: at the top of this function.)
   plan->grid_rows_fastest =

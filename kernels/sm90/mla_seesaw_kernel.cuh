@@ -356,8 +356,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       // Blocks 0-3 of K_A are free now; the plan's early release
       // (Plan::early_a0_release: a request's rows in one row tile, the
       // bandwidth-bound regime) hands them to the producer here, else after
-      // P_A's store below (right here measured slower on compute-bound rows:
-      // BENCHMARKS, `_a0e`, session 6; session 25).
+      // P_A's store below (here on every row measured mixed: BENCHMARKS
+      // sessions 6, `_a0e`, and 25).
       if (p.early_a0_release && !last) release(kGroupA0);
 
       // C1's max m1: P_A to m1's base for C1, O_L and l as well.
@@ -375,8 +375,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     };
     // The loop is rotated: the scores of pair + 1 are issued at the end of
     // pair (their blocks 0-3 under this pair's last P V, as those were
-    // released after P_A V_A[:, L] or the P_A store), so nothing is in flight across the back
-    // edge (else ptxas serializes every wgmma, C7514).
+    // released after P_A V_A[:, L] or the P_A store), so nothing is in
+    // flight across the back edge (else ptxas serializes every wgmma, C7514).
     if (n_pairs > 0) {
       issue_scores<DT, 0, 9, true>(s, full_bar[0], 0, true, q_addr, q_rope, kA, kOrder);
       wgmma_wait<0>();

@@ -29,6 +29,13 @@ static int g_passed = 0, g_failed = 0;
     }                                     \
   } while (0)
 
+// make_plan failed as a bad environment knob must: VA_ERR_INVALID_VALUE, the
+// message naming the knob.
+static bool fails_naming_knob(va_status st, const char* knob) {
+  return st == VA_ERR_INVALID_VALUE &&
+         std::string(va_last_error_message()).find(knob) != std::string::npos;
+}
+
 static va_params shape(bool mla, int d, int hq, int hkv, int b, int q_len, long kv_len) {
   va_params p;
   va_params_init(&p);
@@ -291,9 +298,7 @@ int main() {
         va::Plan plan;
         const va_status st = va::make_plan(p, *dev, &plan);
         if (std::string(order) == "bogus") {
-          CHECK(st == VA_ERR_INVALID_VALUE &&
-                    std::string(va_last_error_message()).find("VERIFY_ATTN_GRID_ORDER") !=
-                        std::string::npos,
+          CHECK(fails_naming_knob(st, "VERIFY_ATTN_GRID_ORDER"),
                 "bogus grid order must fail naming the knob: %s", va_last_error_message());
           continue;
         }
@@ -368,9 +373,7 @@ int main() {
           va::Plan plan;
           const va_status st = va::make_plan(p, sm90, &plan);
           if (std::string(knob) == "yes") {
-            CHECK(st == VA_ERR_INVALID_VALUE &&
-                      std::string(va_last_error_message()).find("VERIFY_ATTN_EARLY_A0") !=
-                          std::string::npos,
+            CHECK(fails_naming_knob(st, "VERIFY_ATTN_EARLY_A0"),
                   "bad VERIFY_ATTN_EARLY_A0 must fail naming the knob: %s", va_last_error_message());
             continue;
           }
