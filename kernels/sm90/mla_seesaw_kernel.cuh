@@ -124,6 +124,12 @@ static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "setmaxnre
 // Named barriers (0 is __syncthreads).
 constexpr int kBarScale0 = 1;   // C0 published m0 (sM, sScale0)
 constexpr int kBarScale1 = 2;   // C1 published m1 (sM, sScale1)
+// PA and PB also hand over the other consumer's tile: its waiter saw every
+// block of it land (full_bar, before its scores), and the named barrier
+// orders this consumer's reads after that wait, so the P V on the other
+// consumer's tile waits on no full barrier (each such wait cost ~110-150
+// cycles of the critical path, per block, even on a landed block: H200,
+// BENCHMARKS session 26; FlashMLA's sm_90 kernel does not wait there either).
 constexpr int kBarPA = 3;       // C0 stored P_A
 constexpr int kBarPB = 4;       // C1 stored P_B
 constexpr int kBarConsumers = 5;
@@ -398,11 +404,11 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
 
       // O_L += P_B V_B[:, L]: C1 stored P_B and queued its P_A V_A[:, R] (its
       // completion frees the blocks 4-8 the next scores wait for last, so it
-      // goes first); acquire K_B's blocks 0-3 as well.
+      // goes first). K_B has landed: C1 waited for all its blocks before its
+      // scores, and PB orders this consumer after that (no wait on K_B's
+      // barriers here: see kBarPB).
       named_barrier_sync(kBarPB, 256);
       named_barrier_sync(kBarIssued, 256);
-#pragma unroll
-      for (int b = 0; b < 4; ++b) mbar_wait(&full_bar[1][b], par);
       zero_tail(may, 1, 2 * pair + 1, 0);
       fence_regs(o);
       wgmma_fence();
@@ -447,10 +453,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       publish_max(sM, sScale1, my_row, t4, m_run, mx, kBarScale1);
     };
     // O_R += P_A V_A[:, R] (C0's P_A [PA], K_A's blocks 4-8) queued on O_R.
-    auto issue_pv_a = [&](auto may, int pair, uint32_t par) {
+    // K_A has landed: C0 waited for all its blocks before its scores (kBarPA).
+    auto issue_pv_a = [&](auto may, int pair) {
       named_barrier_sync(kBarPA, 256);
-#pragma unroll
-      for (int b = 4; b < 9; ++b) mbar_wait(&full_bar[0][b], par);
       zero_tail(may, 0, 2 * pair, 4);
       wgmma_fence();
       issue_pv_smem<DT>(o, kA, kPBlock * kBlockBytes, kA, 4 * kBlockBytes);
@@ -483,7 +488,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       wgmma_fence();
       issue_pv_regs<DT>(o, pa, kB, 4 * kBlockBytes);
       wgmma_commit();
-      issue_pv_a(may, pair, par);
+      issue_pv_a(may, pair);
       named_barrier_arrive(kBarIssued, 256);
       wgmma_wait<1>();
       if (pair + 1 < n_pairs) release(kGroupB1);
@@ -504,7 +509,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       l[1] *= f[1];
       scale_o(o, f);
       fence_regs(o);
-      issue_pv_a(std::true_type{}, n_full, n_full & 1);
+      issue_pv_a(std::true_type{}, n_full);
       wgmma_wait<0>();
       fence_regs(o);
     }
