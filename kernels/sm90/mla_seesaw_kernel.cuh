@@ -127,9 +127,15 @@ constexpr int kBarScale1 = 2;   // C1 published m1 (sM, sScale1)
 // PA and PB also hand over the other consumer's tile: its waiter saw every
 // block of it land (full_bar, before its scores), and the named barrier
 // orders this consumer's reads after that wait, so the P V on the other
-// consumer's tile waits on no full barrier (each such wait cost ~110-150
-// cycles of the critical path, per block, even on a landed block: H200,
-// BENCHMARKS session 26; FlashMLA's sm_90 kernel does not wait there either).
+// consumer's tile waits on no full barrier (such a wait took ~110-150 cycles
+// per block even on a landed block, H200, BENCHMARKS session 26; FlashMLA's
+// sm_90 kernel does not wait there either). This needs every write of a
+// block ordered before its barrier's completion: the copy engine's are; the
+// kRowsGather gathers fence their cp.async copies into the async proxy before
+// lane 0 arrives (kernels/sm90/mla_tma_producer.cuh, gather_group_tile). The
+// producer's s_bad_kv flags reach the consumers through done_bar, not these.
+// (The cp.async kernel, kernels/sm90/mla_wgmma_kernel.cuh, still waits: its
+// flags travel with the full barriers.)
 constexpr int kBarPA = 3;       // C0 stored P_A
 constexpr int kBarPB = 4;       // C1 stored P_B
 constexpr int kBarConsumers = 5;
