@@ -84,6 +84,10 @@ __device__ __forceinline__ void issue_group_boxes(const KernelParams& p, int g, 
 // waits, 436-453 us over the variants tried; one bulk tensor copy per row and block (a 64 x 1 box:
 // 576 per tile; the 128-byte swizzle follows the shared-memory address, so
 // the rows land right), 671 us.
+// The fence before lane 0's arrival is also what lets a consumer read the
+// other consumer's tile without waiting on its barriers (kBarPA / kBarPB,
+// kernels/sm90/mla_seesaw_kernel.cuh): a variant that fences on the waiting
+// side instead must bring those waits back.
 template <class Shape>
 __device__ __forceinline__ void gather_group_tile(const KernelParams& p, int g, int h,
                                                   unsigned char* sK,
