@@ -1,0 +1,374 @@
+// How fast can the sm_90 copy engine bring a page_size-1 MLA tile into shared
+// memory? A micro-benchmark for issue 8's page-1 target (BENCHMARKS.md,
+// session 27): the TMA kernel's 64 x 64 boxes need 64 consecutive cache rows,
+// a scattered tile falls back to cp.async gathers (15-20% slower), and one
+// 64 x 1 box per row and column block (576 copies per tile) ran 4.5x slower
+// (session 21). Untested until now: one 1-D bulk copy (cp.async.bulk, no
+// tensor map) per row, 1,152 bytes, 64 per tile. Its rows land unswizzled, so
+// a kernel using them would read K / V through ldmatrix (wgmma's A operand
+// from registers), not as a wgmma shared-memory descriptor: this only measures
+// whether the copies themselves are fast enough to be worth that kernel.
+//
+// Each CTA (one per SM) streams its tiles (64 rows x 576 bf16 = 73,728 bytes)
+// through `stages` shared-memory stages with no compute: a stage is refilled
+// as soon as its copies landed. Modes:
+//   box64  : 9 boxes of 64 x 64 (128-byte swizzle), 64 consecutive rows (page 64)
+//   bulk1d : 64 copies of one whole row (1,152 bytes), scattered rows
+//   box1   : 576 boxes of 64 x 1 (128-byte swizzle), scattered rows
+//   cpasync: 16-byte cp.async, consecutive threads on consecutive chunks of a row
+//   cp_row : 16-byte cp.async, one row per thread (the cp.async kernel's mapping)
+//   ldg_sts: 16-byte loads into registers (9 in flight per thread), then stores
+//   cp_arrv: cpasync, each thread's copies handed to the stage's mbarrier
+//            (cp.async.mbarrier.arrive.noinc) instead of waited for
+// `issuers`: threads that issue a tile's copies (box64 / bulk1d / box1, in a
+// CTA of 128), or the CTA's threads (cpasync / cp_row / ldg_sts). Scattered
+// rows are a random permutation of the cache's; a CTA's tiles are spread over it.
+// Prints the median time of `reps` launches (CUDA events), the bytes per second,
+// and the bytes per SM cycle (clock64 per CTA).
+//
+// Build here (`tools/bazelw build --config=sm90 //tools/microbench:copy_rate`,
+// the hermetic nvcc), carry the binary, run it on the GPU machine:
+// `copy_rate <cache rows> <tiles per CTA> <launches>` (BUILD.bazel has the two
+// runs of BENCHMARKS.md session 27).
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#define CK(x)                                                                          \
+  do {                                                                                 \
+    cudaError_t e_ = (x);                                                              \
+    if (e_ != cudaSuccess) {                                                           \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x,                   \
+                   cudaGetErrorString(e_));                                            \
+      std::exit(1);                                                                    \
+    }                                                                                  \
+  } while (0)
+
+constexpr int kRowBytes = 1152;           // 576 bf16
+constexpr int kTileBytes = 64 * kRowBytes;  // 73,728
+enum Mode { kBox64 = 0, kBulk1d = 1, kBox1 = 2, kCpAsync = 3, kCpAsyncRow = 4, kLdgSts = 5, kCpAsyncArrive = 6 };
+
+__device__ __forceinline__ uint32_t sa(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* b, int n) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(sa(b)), "r"(n) : "memory");
+}
+__device__ __forceinline__ void expect_tx(uint64_t* b, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sa(b)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* b, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred p;\nW: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra W;\n}\n" ::"r"(sa(b)),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void box2d(void* dst, const CUtensorMap* m, uint64_t* b, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];" ::"r"(sa(dst)),
+      "l"(reinterpret_cast<uint64_t>(m)), "r"(c0), "r"(c1), "r"(sa(b))
+      : "memory");
+}
+__device__ __forceinline__ void bulk1d(void* dst, const void* src, uint32_t bytes, uint64_t* b) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+          sa(dst)),
+      "l"(src), "r"(bytes), "r"(sa(b))
+      : "memory");
+}
+__device__ __forceinline__ void cp_arrive_noinc(uint64_t* b) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(sa(b)) : "memory");
+}
+__device__ __forceinline__ void cp16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa(dst)), "l"(src) : "memory");
+}
+
+struct Args {
+  const unsigned char* cache;  // rows x 1152 bytes
+  const int* rows;             // scattered modes: the cache row of each tile row
+  long long n_tile_slots;      // tiles in `rows` (scattered) / the cache (box64)
+  int tiles;                   // per CTA
+  int stages;
+  int issuers;
+  int mode;
+  long long* cycles;           // per CTA
+  unsigned long long* sink;    // keeps the loads live
+};
+
+__global__ void __launch_bounds__(512, 1)
+    stream_tiles(const __grid_constant__ CUtensorMap map64, const __grid_constant__ CUtensorMap map1,
+                 Args a) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* sm = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  __shared__ __align__(8) uint64_t bar[4];
+  __shared__ int s_ids[2][64];  // cpasync / cp_arrv / ldg_sts: tile rows, one tile ahead
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if (tid == 0) {
+    // The copy-engine modes: one arrival (thread 0's expect_tx); cpasync_arrive:
+    // every thread's cp.async.mbarrier.arrive.noinc.
+    for (int s = 0; s < a.stages; ++s) mbar_init(&bar[s], a.mode == kCpAsyncArrive ? blockDim.x : 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  const long long t0 = clock64();
+  // Tile i of this CTA: tile slot (CTA * tiles + i) * odd mod slots, a
+  // bijection when the slots are a power of two, so no two of the grid's
+  // tiles share a slot while the cache has as many (then every byte comes from
+  // DRAM once); a smaller cache is read over and over (L2-fed).
+  auto slot = [&](int i) -> long long {
+    const unsigned long long x =
+        (unsigned long long)((long long)blockIdx.x * a.tiles + i) * 2654435761ull;
+    return (long long)(x % (unsigned long long)a.n_tile_slots);
+  };
+  // cpasync / cp_arrv / ldg_sts: a tile's 64 row ids are read into shared
+  // memory one tile ahead by threads 0..63 (the cp.async kernel's staged
+  // rows), so no id load waits in front of the copies.
+  auto ids_first = [&] {
+    if (tid < 64) s_ids[0][tid] = __ldg(a.rows + slot(0) * 64 + tid);
+    __syncthreads();
+  };
+  auto ids_load_next = [&](int i) -> int {
+    return (tid < 64 && i + 1 < a.tiles) ? __ldg(a.rows + slot(i + 1) * 64 + tid) : 0;
+  };
+  auto ids_store_next = [&](int i, int v) {
+    if (tid < 64 && i + 1 < a.tiles) s_ids[(i + 1) & 1][tid] = v;
+    __syncthreads();
+  };
+  if (a.mode == kCpAsync) {
+    // Every thread of the CTA shares each tile's 4,608 chunks of 16 bytes
+    // (consecutive threads, consecutive chunks of a row); a commit group per
+    // tile, `stages` groups in flight.
+    ids_first();
+    for (int i = 0; i < a.tiles; ++i) {
+      const int s = i % a.stages;
+      unsigned char* st = sm + s * kTileBytes;
+      const int nxt = ids_load_next(i);
+      for (int k = 0; k < 4608 / (int)blockDim.x; ++k) {
+        const int c = tid + blockDim.x * k;  // chunk of the tile, row-major
+        const int r = c / 72, q = c % 72;
+        cp16(st + r * kRowBytes + q * 16, a.cache + (long long)s_ids[i & 1][r] * kRowBytes + q * 16);
+      }
+      asm volatile("cp.async.commit_group;" ::: "memory");
+      ids_store_next(i, nxt);
+      if (a.stages == 2) asm volatile("cp.async.wait_group 1;" ::: "memory");
+      else asm volatile("cp.async.wait_group 2;" ::: "memory");
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    __syncthreads();
+  } else if (a.mode == kCpAsyncArrive) {
+    // As cpasync, but each thread hands its copies to the stage's mbarrier
+    // (cp.async.mbarrier.arrive.noinc: the arrival happens when they land) and
+    // a stage is reused after its barrier's phase completed, as a producer
+    // that never waits for its own copies would run.
+    ids_first();
+    for (int i = 0; i < a.tiles; ++i) {
+      const int s = i % a.stages;
+      if (i >= a.stages) mbar_wait(&bar[s], ((i / a.stages) - 1) & 1);
+      unsigned char* st = sm + s * kTileBytes;
+      const int nxt = ids_load_next(i);
+      for (int k = 0; k < 4608 / (int)blockDim.x; ++k) {
+        const int c = tid + blockDim.x * k;
+        const int r = c / 72, q = c % 72;
+        cp16(st + r * kRowBytes + q * 16, a.cache + (long long)s_ids[i & 1][r] * kRowBytes + q * 16);
+      }
+      cp_arrive_noinc(&bar[s]);
+      ids_store_next(i, nxt);
+    }
+    for (int i = max(0, a.tiles - a.stages); i < a.tiles; ++i)
+      mbar_wait(&bar[i % a.stages], (i / a.stages) & 1);
+  } else if (a.mode == kCpAsyncRow) {
+    // The cp.async kernel's mapping: one tile row per thread, all 72 chunks of
+    // it; each 64 threads fill their own stage tile after tile, waiting for
+    // their copies before the next (blockDim / 64 tiles in flight).
+    const int h = tid / 64, nh = blockDim.x / 64, r = tid % 64;
+    unsigned char* st = sm + h * kTileBytes;
+    for (int i = h; i < a.tiles; i += nh) {
+      const long long row = __ldg(a.rows + slot(i) * 64 + r);
+      const unsigned char* src = a.cache + row * kRowBytes;
+      for (int q = 0; q < 72; ++q) cp16(st + r * kRowBytes + q * 16, src + q * 16);
+      asm volatile("cp.async.commit_group;" ::: "memory");
+      asm volatile("cp.async.wait_group 0;" ::: "memory");
+    }
+    __syncthreads();
+  } else if (a.mode == kLdgSts) {
+    // Through registers: 9 x 16-byte loads in flight per thread, then stores
+    // (the CTA's threads share each tile's 4,608 chunks).
+    const int nt = blockDim.x;
+    ids_first();
+    for (int i = 0; i < a.tiles; ++i) {
+      const int s = i % a.stages;
+      unsigned char* st = sm + s * kTileBytes;
+      const int nxt = ids_load_next(i);
+      for (int k0 = 0; k0 < 4608 / nt; k0 += 9) {
+        uint4 v[9];
+#pragma unroll
+        for (int u = 0; u < 9; ++u) {
+          const int c = tid + nt * (k0 + u);
+          const int r = c / 72, q = c % 72;
+          v[u] = (k0 + u) < 4608 / nt
+                     ? __ldcg(reinterpret_cast<const uint4*>(a.cache + (long long)s_ids[i & 1][r] * kRowBytes + q * 16))
+                     : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < 9; ++u) {
+          const int c = tid + nt * (k0 + u);
+          if ((k0 + u) < 4608 / nt) *reinterpret_cast<uint4*>(st + (c / 72) * kRowBytes + (c % 72) * 16) = v[u];
+        }
+      }
+      ids_store_next(i, nxt);
+    }
+    __syncthreads();
+  } else {
+    // Copy-engine modes: threads [0, issuers) issue a tile's copies; thread 0
+    // arms the stage's barrier first; every thread waits for the stage.
+    const bool issuer = tid < a.issuers;
+    for (int i = 0; i < a.tiles; ++i) {
+      const int s = i % a.stages;
+      if (i >= a.stages) mbar_wait(&bar[s], ((i / a.stages) - 1) & 1);
+      __syncthreads();
+      if (tid == 0) expect_tx(&bar[s], kTileBytes);
+      __syncthreads();
+      unsigned char* st = sm + s * kTileBytes;
+      const long long ts = slot(i);
+      if (issuer) {
+        if (a.mode == kBox64) {
+          for (int b = tid; b < 9; b += a.issuers) box2d(st + b * 8192, &map64, &bar[s], b * 64, (int)(ts * 64));
+        } else if (a.mode == kBulk1d) {
+          for (int r = tid; r < 64; r += a.issuers) {
+            const int row = __ldg(a.rows + ts * 64 + r);
+            bulk1d(st + r * kRowBytes, a.cache + (long long)row * kRowBytes, kRowBytes, &bar[s]);
+          }
+        } else {  // kBox1
+          for (int c = tid; c < 576; c += a.issuers) {
+            const int r = c / 9, b = c % 9;
+            const int row = __ldg(a.rows + ts * 64 + r);
+            box2d(st + b * 8192 + r * 128, &map1, &bar[s], b * 64, row);
+          }
+        }
+      }
+    }
+    for (int i = max(0, a.tiles - a.stages); i < a.tiles; ++i)
+      mbar_wait(&bar[i % a.stages], (i / a.stages) & 1);
+  }
+  const long long t1 = clock64();
+  if (tid == 0) {
+    a.cycles[blockIdx.x] = t1 - t0;
+    atomicAdd(a.sink, (unsigned long long)sm[lane * 64 + 7]);
+  }
+}
+
+static PFN_cuTensorMapEncodeTiled_v12000 encoder() {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q;
+  CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
+  if (q != cudaDriverEntryPointSuccess || fn == nullptr) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled not found\n");
+    std::exit(1);
+  }
+  return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+}
+
+static CUtensorMap make_map(const void* base, long long rows, int box_rows) {
+  CUtensorMap m;
+  const cuuint64_t dims[2] = {576, (cuuint64_t)rows};
+  const cuuint64_t strides[1] = {kRowBytes};
+  const cuuint32_t box[2] = {64, (cuuint32_t)box_rows};
+  const cuuint32_t estr[2] = {1, 1};
+  const CUresult r = encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims,
+                               strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled failed: %d\n", (int)r);
+    std::exit(1);
+  }
+  return m;
+}
+
+int main(int argc, char** argv) {
+  // Usage: copy_rate <cache_rows> <tiles_per_cta> <reps>; every mode / stage
+  // count / issuer count of the list below.
+  const long long cache_rows = argc > 1 ? std::atoll(argv[1]) : (1 << 18);
+  const int tiles = argc > 2 ? std::atoi(argv[2]) : 64;
+  const int reps = argc > 3 ? std::atoi(argv[3]) : 7;
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  const int sms = prop.multiProcessorCount;
+  unsigned char* cache;
+  CK(cudaMalloc(&cache, cache_rows * kRowBytes));
+  CK(cudaMemset(cache, 0x3c, cache_rows * kRowBytes));
+  // A random permutation of the cache rows: scattered tiles.
+  std::vector<int> perm(cache_rows);
+  for (long long i = 0; i < cache_rows; ++i) perm[i] = (int)i;
+  std::mt19937_64 rng(12345);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  int* rows;
+  CK(cudaMalloc(&rows, cache_rows * sizeof(int)));
+  CK(cudaMemcpy(rows, perm.data(), cache_rows * sizeof(int), cudaMemcpyHostToDevice));
+  long long* cycles;
+  CK(cudaMalloc(&cycles, sms * sizeof(long long)));
+  unsigned long long* sink;
+  CK(cudaMalloc(&sink, sizeof(unsigned long long)));
+  const CUtensorMap map64 = make_map(cache, cache_rows, 64);
+  const CUtensorMap map1 = make_map(cache, cache_rows, 1);
+  const int smem = 3 * kTileBytes + 1024;
+  CK(cudaFuncSetAttribute(stream_tiles, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  std::printf("%s, %d SMs, cache %lld rows (%.1f MB), %d tiles per CTA, median of %d launches\n",
+              prop.name, sms, cache_rows, cache_rows * kRowBytes / 1e6, tiles, reps);
+  std::printf("%-8s %6s %7s %10s %9s %12s %14s\n", "mode", "stages", "issuers", "us", "TB/s",
+              "B/SM-cycle", "cycles/tile");
+  struct Case {
+    int mode, stages, issuers;
+  };
+  const char* names[] = {"box64", "bulk1d", "box1", "cpasync", "cp_row", "ldg_sts", "cp_arrv"};
+  // {mode, stages, issuers (copy engine) or threads (cpasync / cp_row / ldg_sts)}
+  const Case cases[] = {{kBox64, 2, 1},     {kBulk1d, 2, 1},    {kBulk1d, 2, 32},
+                        {kBulk1d, 2, 64},   {kBulk1d, 2, 128},  {kBulk1d, 3, 128},
+                        {kBox1, 2, 128},    {kCpAsync, 2, 128}, {kCpAsync, 2, 256},
+                        {kCpAsync, 2, 512}, {kCpAsyncRow, 2, 128}, {kCpAsyncRow, 2, 192},
+                        {kLdgSts, 2, 128},  {kLdgSts, 2, 256},  {kLdgSts, 2, 512},
+                        {kCpAsync, 2, 192}, {kCpAsync, 2, 384}, {kCpAsync, 3, 256},
+                        {kCpAsyncArrive, 2, 128}, {kCpAsyncArrive, 2, 256}, {kCpAsyncArrive, 2, 384}};
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (const Case& c : cases) {
+    Args a{cache, rows, cache_rows / 64, tiles, c.stages, c.issuers, c.mode, cycles, sink};
+    std::vector<float> ts;
+    std::vector<long long> cyc(sms);
+    double cyc_mean = 0;
+    for (int r = 0; r < reps + 1; ++r) {
+      CK(cudaEventRecord(e0));
+      const int threads = c.mode >= kCpAsync ? c.issuers : 128;
+      stream_tiles<<<sms, threads, smem>>>(map64, map1, a);
+      CK(cudaGetLastError());
+      CK(cudaEventRecord(e1));
+      CK(cudaEventSynchronize(e1));
+      float ms;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      if (r > 0) ts.push_back(ms);  // the first launch warms up
+    }
+    CK(cudaMemcpy(cyc.data(), cycles, sms * sizeof(long long), cudaMemcpyDeviceToHost));
+    for (long long v : cyc) cyc_mean += (double)v / sms;
+    std::sort(ts.begin(), ts.end());
+    const double us = ts[ts.size() / 2] * 1e3;
+    const double bytes = (double)sms * tiles * kTileBytes;
+    std::printf("%-8s %6d %7d %10.1f %9.2f %12.1f %14.0f\n", names[c.mode], c.stages, c.issuers, us,
+                bytes / us / 1e6, (double)tiles * kTileBytes / cyc_mean, cyc_mean / tiles);
+  }
+  CK(cudaDeviceSynchronize());
+  return 0;
+}
