@@ -20,6 +20,8 @@
 //   ldg_sts: 16-byte loads into registers (9 in flight per thread), then stores
 //   cp_arrv: cpasync, each thread's copies handed to the stage's mbarrier
 //            (cp.async.mbarrier.arrive.noinc) instead of waited for
+//   box64pf / box64p128 / box64p0: box64 with a 1-D L2 prefetch of the tile
+//            `stages` ahead / through maps with 128-byte / no L2 promotion
 // `issuers`: threads that issue a tile's copies (box64 / bulk1d / box1, in a
 // CTA of 128), or the CTA's threads (cpasync / cp_row / ldg_sts). Scattered
 // rows are a random permutation of the cache's; a CTA's tiles are spread over it.
@@ -55,7 +57,12 @@
 
 constexpr int kRowBytes = 1152;           // 576 bf16
 constexpr int kTileBytes = 64 * kRowBytes;  // 73,728
-enum Mode { kBox64 = 0, kBulk1d = 1, kBox1 = 2, kCpAsync = 3, kCpAsyncRow = 4, kLdgSts = 5, kCpAsyncArrive = 6 };
+enum Mode {
+  kBox64 = 0, kBulk1d = 1, kBox1 = 2, kCpAsync = 3, kCpAsyncRow = 4, kLdgSts = 5, kCpAsyncArrive = 6,
+  kBox64Pf = 7,     // box64 + a 1-D L2 prefetch of the tile `stages` ahead (73,728 contiguous bytes)
+  kBox64P128 = 8,   // box64 through a map with 128-byte L2 promotion (box64: 256)
+  kBox64PNone = 9,  // ... and with none
+};
 
 __device__ __forceinline__ uint32_t sa(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -88,6 +95,9 @@ __device__ __forceinline__ void bulk1d(void* dst, const void* src, uint32_t byte
       "l"(src), "r"(bytes), "r"(sa(b))
       : "memory");
 }
+__device__ __forceinline__ void prefetch_l2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+}
 __device__ __forceinline__ void cp_arrive_noinc(uint64_t* b) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(sa(b)) : "memory");
 }
@@ -109,7 +119,8 @@ struct Args {
 
 __global__ void __launch_bounds__(512, 1)
     stream_tiles(const __grid_constant__ CUtensorMap map64, const __grid_constant__ CUtensorMap map1,
-                 Args a) {
+                 const __grid_constant__ CUtensorMap map64_p128,
+                 const __grid_constant__ CUtensorMap map64_pnone, Args a) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* sm = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -244,8 +255,11 @@ __global__ void __launch_bounds__(512, 1)
       unsigned char* st = sm + s * kTileBytes;
       const long long ts = slot(i);
       if (issuer) {
-        if (a.mode == kBox64) {
-          for (int b = tid; b < 9; b += a.issuers) box2d(st + b * 8192, &map64, &bar[s], b * 64, (int)(ts * 64));
+        if (a.mode == kBox64 || a.mode == kBox64Pf || a.mode == kBox64P128 || a.mode == kBox64PNone) {
+          const CUtensorMap* m = a.mode == kBox64P128 ? &map64_p128 : a.mode == kBox64PNone ? &map64_pnone : &map64;
+          if (a.mode == kBox64Pf && tid == 0 && i + a.stages < a.tiles)
+            prefetch_l2(a.cache + slot(i + a.stages) * kTileBytes, kTileBytes);
+          for (int b = tid; b < 9; b += a.issuers) box2d(st + b * 8192, m, &bar[s], b * 64, (int)(ts * 64));
         } else if (a.mode == kBulk1d) {
           for (int r = tid; r < 64; r += a.issuers) {
             const int row = __ldg(a.rows + ts * 64 + r);
@@ -281,7 +295,8 @@ static PFN_cuTensorMapEncodeTiled_v12000 encoder() {
   return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
 }
 
-static CUtensorMap make_map(const void* base, long long rows, int box_rows) {
+static CUtensorMap make_map(const void* base, long long rows, int box_rows,
+                            CUtensorMapL2promotion promo = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
   CUtensorMap m;
   const cuuint64_t dims[2] = {576, (cuuint64_t)rows};
   const cuuint64_t strides[1] = {kRowBytes};
@@ -289,7 +304,7 @@ static CUtensorMap make_map(const void* base, long long rows, int box_rows) {
   const cuuint32_t estr[2] = {1, 1};
   const CUresult r = encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims,
                                strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                               CU_TENSOR_MAP_SWIZZLE_128B, promo,
                                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     std::fprintf(stderr, "cuTensorMapEncodeTiled failed: %d\n", (int)r);
@@ -324,16 +339,19 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&sink, sizeof(unsigned long long)));
   const CUtensorMap map64 = make_map(cache, cache_rows, 64);
   const CUtensorMap map1 = make_map(cache, cache_rows, 1);
+  const CUtensorMap map64_p128 = make_map(cache, cache_rows, 64, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
+  const CUtensorMap map64_pnone = make_map(cache, cache_rows, 64, CU_TENSOR_MAP_L2_PROMOTION_NONE);
   const int smem = 3 * kTileBytes + 1024;
   CK(cudaFuncSetAttribute(stream_tiles, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   std::printf("%s, %d SMs, cache %lld rows (%.1f MB), %d tiles per CTA, median of %d launches\n",
               prop.name, sms, cache_rows, cache_rows * kRowBytes / 1e6, tiles, reps);
-  std::printf("%-8s %6s %7s %10s %9s %12s %14s\n", "mode", "stages", "issuers", "us", "TB/s",
+  std::printf("%-9s %6s %7s %10s %9s %12s %14s\n", "mode", "stages", "issuers", "us", "TB/s",
               "B/SM-cycle", "cycles/tile");
   struct Case {
     int mode, stages, issuers;
   };
-  const char* names[] = {"box64", "bulk1d", "box1", "cpasync", "cp_row", "ldg_sts", "cp_arrv"};
+  const char* names[] = {"box64", "bulk1d", "box1", "cpasync", "cp_row",
+                         "ldg_sts", "cp_arrv", "box64pf", "box64p128", "box64p0"};
   // {mode, stages, issuers (copy engine) or threads (cpasync / cp_row / ldg_sts)}
   const Case cases[] = {{kBox64, 2, 1},     {kBulk1d, 2, 1},    {kBulk1d, 2, 32},
                         {kBulk1d, 2, 64},   {kBulk1d, 2, 128},  {kBulk1d, 3, 128},
@@ -341,7 +359,9 @@ int main(int argc, char** argv) {
                         {kCpAsync, 2, 512}, {kCpAsyncRow, 2, 128}, {kCpAsyncRow, 2, 192},
                         {kLdgSts, 2, 128},  {kLdgSts, 2, 256},  {kLdgSts, 2, 512},
                         {kCpAsync, 2, 192}, {kCpAsync, 2, 384}, {kCpAsync, 3, 256},
-                        {kCpAsyncArrive, 2, 128}, {kCpAsyncArrive, 2, 256}, {kCpAsyncArrive, 2, 384}};
+                        {kCpAsyncArrive, 2, 128}, {kCpAsyncArrive, 2, 256}, {kCpAsyncArrive, 2, 384},
+                        {kBox64, 3, 1},     {kBox64, 2, 9},     {kBox64Pf, 2, 1},
+                        {kBox64P128, 2, 1}, {kBox64PNone, 2, 1}};
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
@@ -353,7 +373,7 @@ int main(int argc, char** argv) {
     for (int r = 0; r < reps + 1; ++r) {
       CK(cudaEventRecord(e0));
       const int threads = c.mode >= kCpAsync ? c.issuers : 128;
-      stream_tiles<<<sms, threads, smem>>>(map64, map1, a);
+      stream_tiles<<<sms, threads, smem>>>(map64, map1, map64_p128, map64_pnone, a);
       CK(cudaGetLastError());
       CK(cudaEventRecord(e1));
       CK(cudaEventSynchronize(e1));
@@ -366,7 +386,7 @@ int main(int argc, char** argv) {
     std::sort(ts.begin(), ts.end());
     const double us = ts[ts.size() / 2] * 1e3;
     const double bytes = (double)sms * tiles * kTileBytes;
-    std::printf("%-8s %6d %7d %10.1f %9.2f %12.1f %14.0f\n", names[c.mode], c.stages, c.issuers, us,
+    std::printf("%-9s %6d %7d %10.1f %9.2f %12.1f %14.0f\n", names[c.mode], c.stages, c.issuers, us,
                 bytes / us / 1e6, (double)tiles * kTileBytes / cyc_mean, cyc_mean / tiles);
   }
   CK(cudaDeviceSynchronize());
