@@ -8,7 +8,7 @@
 // 4-8 (C1 after P_A V_A[:, R]); stage 1 (tile B) blocks 0-3 and 8 (C0 after
 // P_B V_B[:, L]) and 4-7 (C1 after P_B V_B[:, R]). Producer warp g issues
 // group g: it reads the tile's page (kernels/loaders: one page-table read),
-// waits on k_empty[g], and its lane 0 issues the group's copies (L2
+// waits on k_empty[g], and its lanes issue the group's copies, one block each (L2
 // evict_first for ranges up to kEvictFirstMaxTiles, kernels/sm90/tma.cuh), each block
 // completing full_bar[stage][block] by its transaction bytes; lane 0 of warps
 // 0 and 2 then checks their stage's tile (a bad KV index sets *s_bad_kv, as
@@ -44,6 +44,30 @@ __host__ __device__ constexpr bool group_has_block(int g, int b) {
          : g == kGroupA1 ? b >= 4
          : g == kGroupB0 ? (b < 4 || b == 8)
                          : (b >= 4 && b < 8);
+}
+
+// The blocks of group g in a fixed order: k-th (k < group_blocks(g)).
+__host__ __device__ constexpr int group_blocks(int g) { return g == kGroupA0 || g == kGroupB1 ? 4 : 5; }
+__host__ __device__ constexpr int group_block(int g, int k) {
+  return (g & 1) ? 4 + k : (k < 4 ? k : 8);  // A1: 4-8, B1: 4-7; A0: 0-3, B0: 0-3 and 8
+}
+
+// Lane `lane` of producer warp g: the lane-th block of group g of stage h by
+// a bulk tensor copy (as issue_group_boxes below, one block per lane; lanes
+// past the group's blocks issue nothing).
+template <class Shape>
+__device__ __forceinline__ void issue_group_box_lane(const KernelParams& p, int g, int h, int lane,
+                                                     unsigned char* sK,
+                                                     uint64_t (&full_bar)[2][Shape::kKBlocks],
+                                                     int row, int page, bool evict_first) {
+  if (lane >= group_blocks(g)) return;
+  const int b = group_block(g, lane);
+  mbar_arrive_expect_tx(&full_bar[h][b], kBlockBytes);
+  unsigned char* dst = sK + h * Shape::kKTileBytes + b * kBlockBytes;
+  if (evict_first)
+    tma_load_block</*kEvictFirst=*/true>(dst, p.k_tmap, &full_bar[h][b], b * kBlockCols, row, page);
+  else
+    tma_load_block</*kEvictFirst=*/false>(dst, p.k_tmap, &full_bar[h][b], b * kBlockCols, row, page);
 }
 
 // Lane 0 of producer warp g: block group g of stage h by bulk tensor copies
@@ -212,16 +236,22 @@ __device__ __forceinline__ void issue_k_tiles(const KernelParams& p, const Reque
     const int i = 2 * u + h;  // this stage's tile of pair u
     // An odd count's last pair has no tile B: the consumers read none
     // (kernels/sm90/mla_seesaw_kernel.cuh), so nothing is copied.
-    if (lane == 0 && i < n_tiles) {
+    if (i < n_tiles) {  // warp-uniform
       int page = -1, slot = 0;
       const int j0 = kv_tile<kSkip>(rt, rt.tile_begin + i) * N;  // its first KV row
-      loader.page_coord(j0, &page, &slot);
+      if (lane == 0) loader.page_coord(j0, &page, &slot);  // in flight across the wait
       // Pair u - 1's readers are done. Suspending up to 1 ms per try instead of
       // polling (mbarrier.try_wait's suspend-time hint; ncu counted 4.1 M polls
       // of this wait per launch): the thread wakes when the phase completes.
       if (u > 0) mbar_wait<1000000u>(&k_empty[g], (u - 1) & 1);
-      issue_group_boxes<Shape>(p, g, h, sK, full_bar, slot, page, evict_first);
-      // The tile through the loader's checks (a slot past the request's
+      page = __shfl_sync(0xffffffffu, page, 0);
+      slot = __shfl_sync(0xffffffffu, slot, 0);
+      // One block per lane, not the group's 4-5 from lane 0: the copies go
+      // out together (H200, BENCHMARKS.md session 27: the L2-fed rows
+      // -0.6..-1.3%; tools/microbench/copy_rate: a page-64 tile streams from L2
+      // in 1,480 cycles from nine issuing threads, 1,812 from one).
+      issue_group_box_lane<Shape>(p, g, h, lane, sK, full_bar, slot, page, evict_first);
+      // (Lane 0:) the tile through the loader's checks (a slot past the request's
       // pages or a page id outside the cache is flagged there): the copy
       // engine reads whatever the page coordinate names, so a bad tile must
       // turn the CTA's rows into NaN. page_size % 64 == 0 puts a tile in one
@@ -229,7 +259,7 @@ __device__ __forceinline__ void issue_k_tiles(const KernelParams& p, const Reque
       // kv_len (a split's tiles end at ceil(kv_end / N), kv_end <= kv_len:
       // kernels/core/request.cuh). After this pair's copies.
       // (A flat tile: its first and last rows, kernels/loaders: tile_ok.)
-      if ((g & 1) == 0 && !loader.tile_ok(j0, rt.kv_len)) *s_bad_kv = 1;
+      if (lane == 0 && (g & 1) == 0 && !loader.tile_ok(j0, rt.kv_len)) *s_bad_kv = 1;
     }
     __syncwarp();
   }
