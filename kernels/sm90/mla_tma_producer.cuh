@@ -52,16 +52,14 @@ __host__ __device__ constexpr int group_block(int g, int k) {
   return (g & 1) ? 4 + k : (k < 4 ? k : 8);  // A1: 4-8, B1: 4-7; A0: 0-3, B0: 0-3 and 8
 }
 
-// Lane `lane` of producer warp g: the lane-th block of group g of stage h by
-// a bulk tensor copy (as issue_group_boxes below, one block per lane; lanes
-// past the group's blocks issue nothing).
+// Block b of stage h by one bulk tensor copy of K map coordinates (row
+// `row`, page `page`), completing full_bar[h][b] by its transaction bytes; L2
+// evict_first when `evict_first`.
 template <class Shape>
-__device__ __forceinline__ void issue_group_box_lane(const KernelParams& p, int g, int h, int lane,
-                                                     unsigned char* sK,
-                                                     uint64_t (&full_bar)[2][Shape::kKBlocks],
-                                                     int row, int page, bool evict_first) {
-  if (lane >= group_blocks(g)) return;
-  const int b = group_block(g, lane);
+__device__ __forceinline__ void issue_block_box(const KernelParams& p, int h, int b,
+                                                unsigned char* sK,
+                                                uint64_t (&full_bar)[2][Shape::kKBlocks], int row,
+                                                int page, bool evict_first) {
   mbar_arrive_expect_tx(&full_bar[h][b], kBlockBytes);
   unsigned char* dst = sK + h * Shape::kKTileBytes + b * kBlockBytes;
   if (evict_first)
@@ -70,27 +68,27 @@ __device__ __forceinline__ void issue_group_box_lane(const KernelParams& p, int 
     tma_load_block</*kEvictFirst=*/false>(dst, p.k_tmap, &full_bar[h][b], b * kBlockCols, row, page);
 }
 
-// Lane 0 of producer warp g: block group g of stage h by bulk tensor copies
-// of K map coordinates (row `row`, page `page`), each block completing
-// full_bar[h][b] by its transaction bytes; L2 evict_first when `evict_first`.
+// Lane `lane` of producer warp g: the lane-th block of group g of stage h
+// (lanes past the group's blocks issue nothing): the TMA kernel's producer.
+template <class Shape>
+__device__ __forceinline__ void issue_group_box_lane(const KernelParams& p, int g, int h, int lane,
+                                                     unsigned char* sK,
+                                                     uint64_t (&full_bar)[2][Shape::kKBlocks],
+                                                     int row, int page, bool evict_first) {
+  if (lane < group_blocks(g))
+    issue_block_box<Shape>(p, h, group_block(g, lane), sK, full_bar, row, page, evict_first);
+}
+
+// One thread: every block of group g of stage h (the rows kernel's boxed
+// tiles, issue_k_tiles_rows).
 template <class Shape>
 __device__ __forceinline__ void issue_group_boxes(const KernelParams& p, int g, int h,
                                                   unsigned char* sK,
                                                   uint64_t (&full_bar)[2][Shape::kKBlocks],
                                                   int row, int page, bool evict_first) {
 #pragma unroll
-  for (int b = 0; b < Shape::kKBlocks; ++b) {
-    if (group_has_block(g, b)) {
-      mbar_arrive_expect_tx(&full_bar[h][b], kBlockBytes);
-      unsigned char* dst = sK + h * Shape::kKTileBytes + b * kBlockBytes;
-      if (evict_first)
-        tma_load_block</*kEvictFirst=*/true>(dst, p.k_tmap, &full_bar[h][b], b * kBlockCols, row,
-                                             page);
-      else
-        tma_load_block</*kEvictFirst=*/false>(dst, p.k_tmap, &full_bar[h][b], b * kBlockCols, row,
-                                              page);
-    }
-  }
+  for (int b = 0; b < Shape::kKBlocks; ++b)
+    if (group_has_block(g, b)) issue_block_box<Shape>(p, h, b, sK, full_bar, row, page, evict_first);
 }
 
 // A tile the copy engine cannot box (kRowsGather, its rows not consecutive in
