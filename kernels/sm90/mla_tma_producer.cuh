@@ -47,10 +47,27 @@ __host__ __device__ constexpr bool group_has_block(int g, int b) {
 }
 
 // The blocks of group g in a fixed order: k-th (k < group_blocks(g)).
-__host__ __device__ constexpr int group_blocks(int g) { return g == kGroupA0 || g == kGroupB1 ? 4 : 5; }
+__host__ __device__ constexpr int group_blocks(int g) {
+  return g == kGroupA0 || g == kGroupB1 ? 4 : 5;
+}
 __host__ __device__ constexpr int group_block(int g, int k) {
   return (g & 1) ? 4 + k : (k < 4 ? k : 8);  // A1: 4-8, B1: 4-7; A0: 0-3, B0: 0-3 and 8
 }
+// group_block lists exactly group_has_block's blocks, each once.
+constexpr bool group_blocks_listed() {
+  for (int g = 0; g < 4; ++g) {
+    int n = 0;
+    for (int b = 0; b < 9; ++b) n += group_has_block(g, b) ? 1 : 0;
+    if (n != group_blocks(g)) return false;
+    for (int k = 0; k < group_blocks(g); ++k) {
+      if (!group_has_block(g, group_block(g, k))) return false;
+      for (int k2 = 0; k2 < k; ++k2)
+        if (group_block(g, k2) == group_block(g, k)) return false;
+    }
+  }
+  return true;
+}
+static_assert(group_blocks_listed(), "group_block / group_blocks disagree with group_has_block");
 
 // Block b of stage h by one bulk tensor copy of K map coordinates (row
 // `row`, page `page`), completing full_bar[h][b] by its transaction bytes; L2
@@ -153,7 +170,9 @@ __device__ __forceinline__ void gather_group_tile(const KernelParams& p, int g, 
 // box's row is the first id, and lane 0 alone waits for the stage and issues
 // the boxes: between the end of that wait and the copies there is no load, no
 // division and no reconvergence of the warp (H200, BENCHMARKS session 20: the
-// three cost this kernel 12% against the page-64 one).
+// three cost this kernel 12% against the page-64 one). (issue_k_tiles below
+// wakes its whole warp and issues one block per lane since session 27; this
+// kernel keeps the lane-0 scheme, not measured the other way.)
 template <class Shape, class Loader>
 __device__ __forceinline__ void issue_k_tiles_rows(const KernelParams& p, const RequestTile& rt,
                                                    const Loader& loader, unsigned char* sK,
@@ -199,7 +218,7 @@ __device__ __forceinline__ void issue_k_tiles_rows(const KernelParams& p, const 
     }
     // Boxed: lane 0 waits for the stage and issues the copies at once (the
     // other lanes are not woken between the two: the wait ends on the
-    // consumers' critical path, as in issue_k_tiles).
+    // consumers' critical path).
     if (lane == 0) {
       if (u > 0) mbar_wait<1000000u>(&k_empty[g], (u - 1) & 1);
       issue_group_boxes<Shape>(p, g, h, sK, full_bar, first, 0, evict_first);
@@ -245,9 +264,11 @@ __device__ __forceinline__ void issue_k_tiles(const KernelParams& p, const Reque
       page = __shfl_sync(0xffffffffu, page, 0);
       slot = __shfl_sync(0xffffffffu, slot, 0);
       // One block per lane, not the group's 4-5 from lane 0: the copies go
-      // out together (H200, BENCHMARKS.md session 27: the L2-fed rows
-      // -0.6..-1.3%; tools/microbench/copy_rate: a page-64 tile streams from L2
-      // in 1,480 cycles from nine issuing threads, 1,812 from one).
+      // out together (tools/microbench/copy_rate: a page-64 tile streams from
+      // L2 in 1,480 cycles from nine issuing threads, 1,812 from one; H200,
+      // BENCHMARKS.md session 27: B1 H16 T64 L32k -0.7..-0.9% in two calls,
+      // the other rows within their spread, the tiny split B1 H16 T16 L4k
+      // +0.6..+1.1%).
       issue_group_box_lane<Shape>(p, g, h, lane, sK, full_bar, slot, page, evict_first);
       // (Lane 0:) the tile through the loader's checks (a slot past the request's
       // pages or a page id outside the cache is flagged there): the copy
