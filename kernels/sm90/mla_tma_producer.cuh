@@ -256,13 +256,13 @@ __device__ __forceinline__ void issue_k_tiles(const KernelParams& p, const Reque
     if (i < n_tiles) {  // warp-uniform
       int page = -1, slot = 0;
       const int j0 = kv_tile<kSkip>(rt, rt.tile_begin + i) * N;  // its first KV row
-      if (lane == 0) loader.page_coord(j0, &page, &slot);  // in flight across the wait
+      // Every lane reads the tile's page (one broadcast load), in flight
+      // across the wait, so no shuffle stands between the wait and the copies.
+      loader.page_coord(j0, &page, &slot);
       // Pair u - 1's readers are done. Suspending up to 1 ms per try instead of
       // polling (mbarrier.try_wait's suspend-time hint; ncu counted 4.1 M polls
       // of this wait per launch): the thread wakes when the phase completes.
       if (u > 0) mbar_wait<1000000u>(&k_empty[g], (u - 1) & 1);
-      page = __shfl_sync(0xffffffffu, page, 0);
-      slot = __shfl_sync(0xffffffffu, slot, 0);
       // One block per lane, not the group's 4-5 from lane 0: the copies go
       // out together (tools/microbench/copy_rate: a page-64 tile streams from
       // L2 in 1,480 cycles from nine issuing threads, 1,812 from one; H200,
