@@ -257,7 +257,10 @@ __device__ __forceinline__ void issue_k_tiles(const KernelParams& p, const Reque
       int page = -1, slot = 0;
       const int j0 = kv_tile<kSkip>(rt, rt.tile_begin + i) * N;  // its first KV row
       // Every lane reads the tile's page (one broadcast load), in flight
-      // across the wait, so no shuffle stands between the wait and the copies.
+      // across the wait, so no shuffle stands between the wait and the copies
+      // (lane 0's read and two shuffles after the wait: the tiny split
+      // B1 H16 T16 L4k 0.9% and B32 H16 T16 L4k 1.0% slower; BENCHMARKS.md
+      // session 27).
       loader.page_coord(j0, &page, &slot);
       // Pair u - 1's readers are done. Suspending up to 1 ms per try instead of
       // polling (mbarrier.try_wait's suspend-time hint; ncu counted 4.1 M polls
@@ -267,8 +270,7 @@ __device__ __forceinline__ void issue_k_tiles(const KernelParams& p, const Reque
       // out together (tools/microbench/copy_rate: a page-64 tile streams from
       // L2 in 1,480 cycles from nine issuing threads, 1,812 from one; H200,
       // BENCHMARKS.md session 27: B1 H16 T64 L32k -0.7..-0.9% in two calls,
-      // the other rows within their spread, the tiny split B1 H16 T16 L4k
-      // +0.6..+1.1%).
+      // the other rows within their spread).
       issue_group_box_lane<Shape>(p, g, h, lane, sK, full_bar, slot, page, evict_first);
       // (Lane 0:) the tile through the loader's checks (a slot past the request's
       // pages or a page id outside the cache is flagged there): the copy
