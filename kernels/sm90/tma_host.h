@@ -50,17 +50,18 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // A 3-D map of 16-bit elements (dims and byte strides of dims 1, 2 as the
 // driver takes them) with the layout both maps share: 128-byte swizzle (the
 // shared-memory layout of kernels/sm90/swizzle.cuh), L2 promotion of 256
-// bytes, zeros outside the tensor. `encode` from tensor_map_encoder().
-inline CUresult encode_map_3d(PFN_cuTensorMapEncodeTiled_v12000 encode, CUtensorMap* map,
-                              const void* base, int dtype, const cuuint64_t (&dims)[3],
-                              const cuuint64_t (&strides)[2], const cuuint32_t (&box)[3]) {
+// bytes (`promotion`: tools/microbench/copy_rate compares others), zeros
+// outside the tensor. `encode` from tensor_map_encoder().
+inline CUresult encode_map_3d(
+    PFN_cuTensorMapEncodeTiled_v12000 encode, CUtensorMap* map, const void* base, int dtype,
+    const cuuint64_t (&dims)[3], const cuuint64_t (&strides)[2], const cuuint32_t (&box)[3],
+    CUtensorMapL2promotion promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
   const cuuint32_t elem[3] = {1, 1, 1};
   return encode(map,
                 dtype == VA_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                        : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
                 3, const_cast<void*>(base), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                CU_TENSOR_MAP_SWIZZLE_128B, promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
 inline va_status encode_k_tmap(KernelParams* kp, int dtype) {

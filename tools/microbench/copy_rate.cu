@@ -28,7 +28,7 @@
 // Prints the median time of `reps` launches (CUDA events), the bytes per second,
 // and the bytes per SM cycle (clock64 per CTA).
 //
-// Build here (`tools/bazelw build --config=sm90 //tools/microbench:copy_rate`,
+// Build here (`tools/bazelw build //tools/microbench:copy_rate`,
 // the hermetic nvcc), carry the binary, run it on the GPU machine:
 // `copy_rate <cache rows> <tiles per CTA> <launches>` (BUILD.bazel has the two
 // runs of BENCHMARKS.md session 27).
@@ -40,10 +40,24 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <random>
-#include <string>
 #include <vector>
+
+// The library's own primitives: shared-memory addresses and cp.async
+// (kernels/core/mma.cuh), mbarriers (kernels/sm90/sync.cuh), the bulk tensor
+// copy of one block (kernels/sm90/tma.cuh) and the tensor-map encoder
+// (kernels/sm90/tma_host.h); only what the kernels do not use is written here.
+#include "kernels/core/mma.cuh"
+#include "kernels/sm90/sync.cuh"
+#include "kernels/sm90/tma.cuh"
+#include "kernels/sm90/tma_host.h"
+
+using verify_attn::smem_addr;
+using verify_attn::sm90::mbar_arrive_expect_tx;
+using verify_attn::sm90::mbar_init;
+using verify_attn::sm90::mbar_init_fence;
+using verify_attn::sm90::mbar_wait;
+using verify_attn::sm90::tma_load_block;
 
 #define CK(x)                                                                          \
   do {                                                                                 \
@@ -64,45 +78,30 @@ enum Mode {
   kBox64PNone = 9,  // ... and with none
 };
 
-__device__ __forceinline__ uint32_t sa(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+// One block of a map [1][rows][576] (box 64 columns x box_rows rows): row
+// `row`, columns c0 .. c0 + 63 (tma_load_block's 3-D copy, page 0).
+__device__ __forceinline__ void box(void* dst, const CUtensorMap* m, uint64_t* b, int c0, int row) {
+  tma_load_block(dst, m, b, c0, row, 0);
 }
-__device__ __forceinline__ void mbar_init(uint64_t* b, int n) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(sa(b)), "r"(n) : "memory");
-}
-__device__ __forceinline__ void expect_tx(uint64_t* b, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sa(b)), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* b, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred p;\nW: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      "@!p bra W;\n}\n" ::"r"(sa(b)),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ void box2d(void* dst, const CUtensorMap* m, uint64_t* b, int c0, int c1) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3}], [%4];" ::"r"(sa(dst)),
-      "l"(reinterpret_cast<uint64_t>(m)), "r"(c0), "r"(c1), "r"(sa(b))
-      : "memory");
-}
+// Not in the kernels: a 1-D bulk copy (PTX ISA 8.0, "cp.async.bulk"), a 1-D
+// L2 prefetch, a thread's cp.async copies handed to an mbarrier, and a plain
+// 16-byte cp.async.
 __device__ __forceinline__ void bulk1d(void* dst, const void* src, uint32_t bytes, uint64_t* b) {
   asm volatile(
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-          sa(dst)),
-      "l"(src), "r"(bytes), "r"(sa(b))
+          smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(b))
       : "memory");
 }
 __device__ __forceinline__ void prefetch_l2(const void* src, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void cp_arrive_noinc(uint64_t* b) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(sa(b)) : "memory");
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(b))
+               : "memory");
 }
 __device__ __forceinline__ void cp16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa(dst)), "l"(src) : "memory");
+  verify_attn::cp_async_16(dst, src, true);
 }
 
 struct Args {
@@ -126,12 +125,12 @@ __global__ void __launch_bounds__(512, 1)
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   __shared__ __align__(8) uint64_t bar[4];
   __shared__ int s_ids[2][64];  // cpasync / cp_arrv / ldg_sts: tile rows, one tile ahead
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x, lane = tid & 31;
   if (tid == 0) {
     // The copy-engine modes: one arrival (thread 0's expect_tx); cpasync_arrive:
     // every thread's cp.async.mbarrier.arrive.noinc.
     for (int s = 0; s < a.stages; ++s) mbar_init(&bar[s], a.mode == kCpAsyncArrive ? blockDim.x : 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbar_init_fence();
   }
   __syncthreads();
   const long long t0 = clock64();
@@ -172,12 +171,12 @@ __global__ void __launch_bounds__(512, 1)
         const int r = c / 72, q = c % 72;
         cp16(st + r * kRowBytes + q * 16, a.cache + (long long)s_ids[i & 1][r] * kRowBytes + q * 16);
       }
-      asm volatile("cp.async.commit_group;" ::: "memory");
+      verify_attn::cp_async_commit();
       ids_store_next(i, nxt);
-      if (a.stages == 2) asm volatile("cp.async.wait_group 1;" ::: "memory");
-      else asm volatile("cp.async.wait_group 2;" ::: "memory");
+      if (a.stages == 2) verify_attn::cp_async_wait<1>();
+      else verify_attn::cp_async_wait<2>();
     }
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    verify_attn::cp_async_wait<0>();
     __syncthreads();
   } else if (a.mode == kCpAsyncArrive) {
     // As cpasync, but each thread hands its copies to the stage's mbarrier
@@ -210,8 +209,8 @@ __global__ void __launch_bounds__(512, 1)
       const long long row = __ldg(a.rows + slot(i) * 64 + r);
       const unsigned char* src = a.cache + row * kRowBytes;
       for (int q = 0; q < 72; ++q) cp16(st + r * kRowBytes + q * 16, src + q * 16);
-      asm volatile("cp.async.commit_group;" ::: "memory");
-      asm volatile("cp.async.wait_group 0;" ::: "memory");
+      verify_attn::cp_async_commit();
+      verify_attn::cp_async_wait<0>();
     }
     __syncthreads();
   } else if (a.mode == kLdgSts) {
@@ -250,7 +249,7 @@ __global__ void __launch_bounds__(512, 1)
       const int s = i % a.stages;
       if (i >= a.stages) mbar_wait(&bar[s], ((i / a.stages) - 1) & 1);
       __syncthreads();
-      if (tid == 0) expect_tx(&bar[s], kTileBytes);
+      if (tid == 0) mbar_arrive_expect_tx(&bar[s], kTileBytes);
       __syncthreads();
       unsigned char* st = sm + s * kTileBytes;
       const long long ts = slot(i);
@@ -259,7 +258,7 @@ __global__ void __launch_bounds__(512, 1)
           const CUtensorMap* m = a.mode == kBox64P128 ? &map64_p128 : a.mode == kBox64PNone ? &map64_pnone : &map64;
           if (a.mode == kBox64Pf && tid == 0 && i + a.stages < a.tiles)
             prefetch_l2(a.cache + slot(i + a.stages) * kTileBytes, kTileBytes);
-          for (int b = tid; b < 9; b += a.issuers) box2d(st + b * 8192, m, &bar[s], b * 64, (int)(ts * 64));
+          for (int b = tid; b < 9; b += a.issuers) box(st + b * 8192, m, &bar[s], b * 64, (int)(ts * 64));
         } else if (a.mode == kBulk1d) {
           for (int r = tid; r < 64; r += a.issuers) {
             const int row = __ldg(a.rows + ts * 64 + r);
@@ -269,7 +268,7 @@ __global__ void __launch_bounds__(512, 1)
           for (int c = tid; c < 576; c += a.issuers) {
             const int r = c / 9, b = c % 9;
             const int row = __ldg(a.rows + ts * 64 + r);
-            box2d(st + b * 8192 + r * 128, &map1, &bar[s], b * 64, row);
+            box(st + b * 8192 + r * 128, &map1, &bar[s], b * 64, row);
           }
         }
       }
@@ -284,28 +283,21 @@ __global__ void __launch_bounds__(512, 1)
   }
 }
 
-static PFN_cuTensorMapEncodeTiled_v12000 encoder() {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult q;
-  CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
-  if (q != cudaDriverEntryPointSuccess || fn == nullptr) {
+// A [1][rows][576] bf16 map, boxes of 64 columns x box_rows rows, through the
+// kernels' encoder (128-byte swizzle; L2 promotion `promo`).
+static CUtensorMap make_map(const void* base, long long rows, int box_rows,
+                            CUtensorMapL2promotion promo = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = verify_attn::tensor_map_encoder();
+  if (encode == nullptr) {
     std::fprintf(stderr, "cuTensorMapEncodeTiled not found\n");
     std::exit(1);
   }
-  return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-}
-
-static CUtensorMap make_map(const void* base, long long rows, int box_rows,
-                            CUtensorMapL2promotion promo = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
   CUtensorMap m;
-  const cuuint64_t dims[2] = {576, (cuuint64_t)rows};
-  const cuuint64_t strides[1] = {kRowBytes};
-  const cuuint32_t box[2] = {64, (cuuint32_t)box_rows};
-  const cuuint32_t estr[2] = {1, 1};
-  const CUresult r = encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims,
-                               strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                               CU_TENSOR_MAP_SWIZZLE_128B, promo,
-                               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const cuuint64_t dims[3] = {576, static_cast<cuuint64_t>(rows), 1};
+  const cuuint64_t strides[2] = {kRowBytes, static_cast<cuuint64_t>(rows) * kRowBytes};
+  const cuuint32_t boxdim[3] = {64, static_cast<cuuint32_t>(box_rows), 1};
+  const CUresult r =
+      verify_attn::encode_map_3d(encode, &m, base, VA_DTYPE_BF16, dims, strides, boxdim, promo);
   if (r != CUDA_SUCCESS) {
     std::fprintf(stderr, "cuTensorMapEncodeTiled failed: %d\n", (int)r);
     std::exit(1);
