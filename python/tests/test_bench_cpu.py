@@ -63,7 +63,7 @@ def test_quick_grid_has_every_design_row():
             assert (s.kv_heads, s.d_qk, s.d_vo) == (1, 576, 512)
     chains = [s for s in q if s.is_chain and s.mla]
     assert {(s.batch, s.heads, s.q_len, s.prefix) for s in chains} >= {
-        (1, 16, 16, 4 * K), (1, 128, 32, 8 * K), (32, 16, 16, 4 * K)}
+        (1, 16, 16, 4 * K), (1, 128, 32, 8 * K), (32, 16, 16, 4 * K)} | set(shapes.FLASHMLA_ROWS)
 
 
 def test_quick_grid_gqa_and_ddtree():

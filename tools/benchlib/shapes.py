@@ -120,6 +120,10 @@ def quick_grid() -> List[Shape]:
     # and one where it failed for shared memory (1/16/64/32k)
     for b, h, t, l in [DESIGN_ROWS[0], DESIGN_ROWS[2], DESIGN_ROWS[4], DESIGN_ROWS[1]]:
         out.append(mla(b, h, t, l, "chain", ["design"]))
+    # and the chains of FlashMLA's own rows (issue 8's chain target names the
+    # bandwidth-bound B128 H16 T4 L4k): ours on the same causal chain it runs
+    for b, h, t, l in FLASHMLA_ROWS:
+        out.append(mla(b, h, t, l, "chain", ["design"]))
     # DDTree budgets (MLA, one request, 8k prefix)
     for t in (256, 1024):
         out.append(mla(1, 16, t, 8 * K, "ddtree", ["ddtree"]))
