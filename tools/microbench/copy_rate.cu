@@ -84,8 +84,8 @@ __device__ __forceinline__ void box(void* dst, const CUtensorMap* m, uint64_t* b
   tma_load_block(dst, m, b, c0, row, 0);
 }
 // Not in the kernels: a 1-D bulk copy (PTX ISA 8.0, "cp.async.bulk"), a 1-D
-// L2 prefetch, a thread's cp.async copies handed to an mbarrier, and a plain
-// 16-byte cp.async.
+// L2 prefetch and a thread's cp.async copies handed to an mbarrier; cp16 is
+// the kernels' cp_async_16 with every source valid.
 __device__ __forceinline__ void bulk1d(void* dst, const void* src, uint32_t bytes, uint64_t* b) {
   asm volatile(
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
