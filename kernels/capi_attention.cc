@@ -170,7 +170,7 @@ va_status check_no_overlap(int64_t s_tok, const char* tok_name, int64_t s_head, 
     d[0] = d[1];
     d[1] = t;
   }
-  // 128-bit: strides are caller input (a fuzzer found the 64-bit product overflowing).
+  // 128-bit: strides are caller input, whose products can overflow 64 bits.
   __int128 extent = inner - 1;  // offsets reached inside one row
   for (const Dim& x : d) {
     if (x.n <= 1) continue;

@@ -25,10 +25,11 @@ namespace verify_attn {
 // splits l, l + 32, ...) and reduced across the warp; the partial rows of
 // kBatch splits are in flight at once, the last batch predicated rather than
 // split by split, and the first batch's loads go out before the lse's (they
-// do not depend on them). H200, B1 H16 T16 L4k, 11 splits: a loop with one
-// load latency per split took 11 us (BENCHMARKS session 10). The sums run
-// split by split in order whatever the batching. A split that saw nothing
-// (lse -inf) is skipped: its O is never multiplied in.
+// do not depend on them): a loop that waits one load latency per split
+// costs the split count times that latency, while the kBatch splits in
+// flight together share one. The sums run split by split in order whatever
+// the batching. A split that saw nothing (lse -inf) is skipped: its O is
+// never multiplied in.
 template <int DV, int kBatch>
 __device__ __forceinline__ void load_partials(float2 (&x)[kBatch][DV / 64], const float* o,
                                               int64_t stride, int n) {

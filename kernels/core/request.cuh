@@ -113,7 +113,7 @@ __device__ __forceinline__ int request_tile(const KernelParams& p, const Loader&
     const TreeDraftScan scan = tree_scan_drafts<kSkipDraftTiles>(
         p.tree_mask, p.mask_words, p.group, t->q_start, t->q_len, t->row0, M, t->R, off, N);
     int kv_end = t->prefix + scan.last + 1;
-    if (kv_end < 1) kv_end = 1;  // at least one (masked) tile, as before: never an empty range
+    if (kv_end < 1) kv_end = 1;  // at least one (masked) tile, as untrimmed: never empty
     if (kv_end > t->kv_len) kv_end = t->kv_len;
     const int trimmed = (kv_end + N - 1) / N;
     if (trimmed < num_tiles) num_tiles = trimmed;

@@ -144,10 +144,11 @@ constexpr int kRopeBlock = 8;
 
 // Q's block 8 (the rope columns 512..575 of the CTA's 64 rows) as wgmma A
 // fragments, for the scores' last block: with A from registers the tensor
-// cores read only K from shared memory there (what FlashMLA's sm_90 kernel
-// does with the same block; H200: 2-4% off the compute-bound rows, BENCHMARKS
-// session 10). q_rope[4 kk + e] for k16 step kk: row 16 warp + g (e even) or
-// + 8 (e odd), columns 16 kk + 8 (e / 2) + 2 t4, + 1 (wgmma's A layout).
+// cores read only K from shared memory there, which takes load off the
+// shared memory the copies write at the same time (what FlashMLA's sm_90
+// kernel does with the same block; faster on the compute-bound MLA rows,
+// BENCHMARKS.md). q_rope[4 kk + e] for k16 step kk: row 16 warp + g (e even)
+// or + 8 (e odd), columns 16 kk + 8 (e / 2) + 2 t4, + 1 (wgmma's A layout).
 __device__ __forceinline__ void load_q_rope(const unsigned char* sQ, int warp, int g, int t4,
                                             uint32_t (&q_rope)[16]) {
 #pragma unroll
@@ -190,7 +191,9 @@ __device__ __forceinline__ void issue_scores_block(float (&s)[32], uint32_t q_ad
 // async proxy when their barrier completes: TMA writes are; cp.async copies
 // are fenced by the producer before it arrives. kSuspend: each wait's try
 // suspends the threads up to 20 us (mbar_wait<20000>) instead of the hardware's
-// default limit (TMA kernel; H200: B16 / B4 -1%, the rest within noise).
+// default limit; a suspended thread still wakes as soon as the phase
+// completes, and retries less often (the TMA kernel; slightly faster on its
+// large-batch rows, neutral elsewhere).
 template <typename DT, int B0, int B1, bool kSuspend = false>
 __device__ __forceinline__ void issue_scores(float (&s)[32], uint64_t (&full)[9], uint32_t parity,
                                              bool wait, uint32_t q_addr,
@@ -227,7 +230,7 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t
 // row) as a K-major swizzled 64 x 64 A operand at `dst` (a tile's block 8),
 // by stmatrix_x4: its four matrices are rows 0-7 / 8-15 of the warp's 16 x
 // chunks i, i + 1 (an 8 x 8 matrix's fragment is the mma C layout): 4
-// instructions where 16 32-bit stores were.
+// instructions instead of 16 32-bit stores.
 template <typename DT>
 __device__ __forceinline__ void store_p(unsigned char* dst, const float (&s)[32],
                                         const float (&scale)[2], int warp, int lane) {
@@ -380,10 +383,11 @@ __device__ __forceinline__ void write_rows(const KernelParams& p, const RequestT
 // thread 0 stores the 4 blocks by TMA (p.o_tmap, kernels/sm90/tma_host.h) and
 // waits until they have been read. The values and their rounding are
 // write_rows' (o / l packed to DT), so the two paths write the same bits.
-// H200: B32 H16 T16 L4k 144 -> 137 us, B32 H16 T16 L1k 52 -> 45 (BENCHMARKS.md,
-// session 13): 128 CTAs storing 8 MB from registers at once took ~10 us, a
-// warp store of 8 rows x 16 bytes at a time. FlashMLA's sm_90 kernel also
-// writes its unsplit output tile by TMA.
+// Why: from registers a warp stores 8 rows x 16 bytes at a time, and when
+// every CTA of a large unsplit launch stores its output at once, that store
+// phase is a visible part of the kernel's time (the large-batch MLA rows,
+// BENCHMARKS.md); by TMA one thread hands each 64 x 64 block to the copy
+// engine. FlashMLA's sm_90 kernel also writes its unsplit output tile by TMA.
 template <class Shape, typename DT>
 __device__ __forceinline__ void write_rows_tma(const KernelParams& p, const RequestTile& rc, int hk,
                                                int w, const float (&o)[128],

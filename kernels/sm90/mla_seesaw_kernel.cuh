@@ -32,11 +32,10 @@
 // mbarrier that completes on its transaction bytes, so scores start on a block
 // as soon as it lands. The tensor maps are encoded per launch on the host
 // (kernels/sm90/tma_host.h) and read through the __grid_constant__ parameter.
-// Shared-memory traffic costs time here (S's m64n64 wgmmas read both operands
-// from it while the copies write it; H200, BENCHMARKS session 10: fewer reads
-// ran faster, more ran slower): each consumer keeps Q's block 8 in registers
-// (its scores' A operand there) and stores P by stmatrix
-// (kernels/sm90/mla_consumer.cuh).
+// Shared-memory bandwidth limits this kernel (S's m64n64 wgmmas read both
+// operands from it while the copies write it, so a read saved is time
+// saved): each consumer keeps Q's block 8 in registers (its scores' A operand
+// there) and stores P by stmatrix (kernels/sm90/mla_consumer.cuh).
 //
 // Per pair, with m the running row max shared in shared memory (sM):
 //   C0: S_A -> m0 = max(m, rowmax S_A), P_A = exp2(S_A - m0), O_L *= 2^(m - m0),
@@ -51,8 +50,8 @@
 //       refill as each of the two completes.
 //   C0: waits SCALE1; stores P_A 2^(m0 - m1) over K_A's block 8 [PA];
 //       releases stage 0 blocks 0-3 unless released above (free since its
-//       P V; releasing them there everywhere measured mixed: BENCHMARKS
-//       sessions 6, `_a0e`, and 25);
+//       P V; releasing them there on every launch is not uniformly faster,
+//       so the plan decides: Plan::early_a0_release);
 //       O_L *= 2^(m0 - m1); waits
 //       PB and ISSUED (so C1's P_A V_A[:, R], whose completion frees what
 //       C0's next scores wait for last, runs first);
@@ -60,21 +59,20 @@
 //       blocks 0-3 and 8; next scores on blocks 4-8.
 // So while one consumer does its softmax the other's P V runs, and the max
 // chain m -> m0 -> m1 replaces an exchange of maxima. With an even tile
-// count C0 ends about a microsecond after C1 (its last P V and the last
-// pair's discarded scores pass), so it publishes its row sums in the last
-// pair, and C1 writes its output columns meanwhile (H200: the split-K rows of
-// B1 H16 T16 L4k 2% faster, BENCHMARKS session 12); an odd count's last pair
-// is tile A alone (below), where C1's P_A V_A[:, R] ends last. O is rescaled
-// only when a row max of the warp moved. A release is one mbarrier arrival by the
-// consumer's thread 0; the producer warp owning the group issues the copies
-// (issuing them from the consumer cost it about 430 cycles per group, on its
-// critical path: exp/tma-trace).
+// count C0 ends after C1 (it still runs its last P V and the last pair's
+// discarded scores pass), so it publishes its row sums in the last pair, and
+// C1 writes its output columns meanwhile instead of after C0's end: the
+// CTA's tail is shorter, which counts most in short split-K ranges; an odd
+// count's last pair is tile A alone (below), where C1's P_A V_A[:, R] ends
+// last. O is rescaled only when a row max of the warp moved. A release is one
+// mbarrier arrival by the consumer's thread 0; the producer warp owning the
+// group issues the copies (issued by the consumer, they would cost it several
+// hundred cycles per group on its critical path).
 //
 // Epilogue: split launches write fp32 partial rows from registers; unsplit
 // launches stage each full row tile's output in the free half of stage 1 and
-// store it by TMA (write_rows_tma, kernels/sm90/mla_consumer.cuh; 128 CTAs
-// storing from registers at once cost ~10 us on B32 H16 T16, BENCHMARKS.md
-// session 13), partial tiles from registers.
+// store it by TMA (write_rows_tma, kernels/sm90/mla_consumer.cuh, which says
+// why), partial tiles from registers.
 //
 // Same semantics and outputs as attention_kernel (kernels/attention_kernel.cuh):
 // request prologue (kernels/core/request.cuh), tree mask (kernels/core/mask.cuh),
@@ -127,8 +125,8 @@ constexpr int kBarScale1 = 2;   // C1 published m1 (sM, sScale1)
 // PA and PB also hand over the other consumer's tile: its waiter saw every
 // block of it land (full_bar, before its scores), and the named barrier
 // orders this consumer's reads after that wait, so the P V on the other
-// consumer's tile waits on no full barrier (such a wait took ~110-150 cycles
-// per block even on a landed block, H200, BENCHMARKS session 26; FlashMLA's
+// consumer's tile waits on no full barrier (such a wait costs on the order
+// of a hundred cycles per block even on a block that has landed; FlashMLA's
 // sm_90 kernel does not wait there either). This needs every write of a
 // block ordered before its barrier's completion: the copy engine's are; the
 // kRowsGather gathers fence their cp.async copies into the async proxy before
@@ -323,18 +321,18 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   };
   // An odd tile count leaves the last pair without a tile B. That pair runs
   // after the loop (n_full whole pairs): tile A's softmax and P V halves only,
-  // no tile B scores or P V and no discarded scores pass, where a zero-filled
-  // phantom tile B used to cost a whole pair (H200: 65 tiles timed as 66,
-  // BENCHMARKS session 12). The terms dropped added exact zeros (P = 0 over a
-  // zero-filled tile), so the sums are unchanged.
+  // no tile B scores or P V and no discarded scores pass, so the odd tile
+  // costs about half a pair (a zero-filled phantom tile B would cost a whole
+  // pair's time). The terms dropped would add exact zeros (P = 0 over a
+  // zero-filled tile), so the sums are the same.
   const bool odd = (n_tiles & 1) != 0;
   const int n_full = n_pairs - (odd ? 1 : 0);
   // Pairs [0, n_clean) have both tiles in the prefix (no mask, no rows past
   // kv_len): they run a copy of the pair loop without the mask and tail code,
-  // so the loop's hot instructions lie together (the mask path inline split
-  // them into 26 runs over 8 k instructions, where FlashMLA's lie in 6;
-  // H200 ncu, B1 H16 T64 L32k: "no instruction" stalls 9.6% of samples, 4.1%
-  // in FlashMLA's). The remaining pairs run the general copy.
+  // so the loop's hot instructions lie together: with the mask path inline
+  // they are split into many short runs over thousands of instructions, and
+  // the warps stall on instruction fetch (ncu's "no instruction" stalls).
+  // The remaining pairs run the general copy.
   const int clean_tiles = rmask.prefix / N - rc.tile_begin;  // tiles ending at or before prefix
   const int n_clean = clean_tiles <= 0 ? 0 : min(clean_tiles >> 1, n_full);
   if (w == 0) {
@@ -368,8 +366,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       // Blocks 0-3 of K_A are free now; the plan's early release
       // (Plan::early_a0_release: a request's rows in one row tile, the
       // bandwidth-bound regime) hands them to the producer here, else after
-      // P_A's store below (here on every row measured mixed: BENCHMARKS
-      // sessions 6, `_a0e`, and 25).
+      // P_A's store below (releasing here on every launch is not uniformly
+      // faster, so the plan decides).
       if (p.early_a0_release && !last) release(kGroupA0);
 
       // C1's max m1: P_A to m1's base for C1, O_L and l as well.

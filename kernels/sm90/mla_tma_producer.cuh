@@ -116,13 +116,13 @@ __device__ __forceinline__ void issue_group_boxes(const KernelParams& p, int g, 
 // swizzled places the copy engine would write (kernels/sm90/swizzle.cuh);
 // then waits for its copies, fences them into the async proxy, and lane 0
 // arrives on each block's full barrier (no transaction bytes). A slow path:
-// the producer warp waits for its own copies (H200, every tile gathered: B1
-// H16 T64 L32k 233 us, the cp.async kernel 146). Measured slower still
-// (BENCHMARKS session 21): the copies handed to the barriers by
-// cp.async.mbarrier.arrive without waiting, the consumers fencing after their
-// waits, 436-453 us over the variants tried; one bulk tensor copy per row and block (a 64 x 1 box:
-// 576 per tile; the 128-byte swizzle follows the shared-memory address, so
-// the rows land right), 671 us.
+// the producer warp waits for its own copies, so a launch whose every tile is
+// gathered takes markedly longer than the cp.async kernel
+// (kernels/sm90/mla_wgmma_kernel.cuh). Two alternatives are slower still:
+// the copies handed to the barriers by cp.async.mbarrier.arrive without
+// waiting (the consumers then fence after their waits), and one bulk tensor
+// copy per row and block (a 64 x 1 box: 576 per tile; the 128-byte swizzle
+// follows the shared-memory address, so the rows land right).
 // The fence before lane 0's arrival is also what lets a consumer read the
 // other consumer's tile without waiting on its barriers (kBarPA / kBarPB,
 // kernels/sm90/mla_seesaw_kernel.cuh): a variant that fences on the waiting
@@ -136,7 +136,7 @@ __device__ __forceinline__ void gather_group_tile(const KernelParams& p, int g, 
   const int c = lane & 7, r0 = lane >> 3;
   const unsigned char* gk = static_cast<const unsigned char*>(p.k) + c * 16;
   unsigned char* stage = sK + h * Shape::kKTileBytes;
-  // Not unrolled: the producer has 40 registers (unrolled, this spilled).
+  // Not unrolled: the producer has 40 registers (unrolled, this spills).
 #pragma unroll 1
   for (int k = 0; k < 16; ++k) {
     const int r = r0 + 4 * k;
@@ -169,10 +169,11 @@ __device__ __forceinline__ void gather_group_tile(const KernelParams& p, int g, 
 // (their loads are in flight while the warp waits for the stage), and the
 // box's row is the first id, and lane 0 alone waits for the stage and issues
 // the boxes: between the end of that wait and the copies there is no load, no
-// division and no reconvergence of the warp (H200, BENCHMARKS session 20: the
-// three cost this kernel 12% against the page-64 one). (issue_k_tiles below
-// wakes its whole warp and issues one block per lane since session 27; this
-// kernel keeps the lane-0 scheme, not measured the other way.)
+// division and no reconvergence of the warp (the wait ends on the consumers'
+// critical path; with those three there, this kernel runs markedly slower
+// than the page-64 one). (issue_k_tiles below wakes its whole warp and
+// issues one block per lane; this kernel keeps the lane-0 scheme, as the
+// per-lane one is unmeasured here.)
 template <class Shape, class Loader>
 __device__ __forceinline__ void issue_k_tiles_rows(const KernelParams& p, const RequestTile& rt,
                                                    const Loader& loader, unsigned char* sK,
@@ -245,9 +246,9 @@ __device__ __forceinline__ void issue_k_tiles(const KernelParams& p, const Reque
   const int g = wtid >> 5, lane = wtid & 31, h = group_stage(g);
   // L2 evict_first on the K copies only for short tile ranges: the CTAs that
   // share a split's tiles (its row tiles) drift apart over a long range, and
-  // a line evicted first is then read from DRAM again (H200, BENCHMARKS
-  // session 16: evict_first everywhere cost B16 H16 T64 L32k, 512 tiles per
-  // CTA, and B4 H16 T64 L128k, 1,024, 1-2%; ranges of <= 64 tiles gained 3-6%).
+  // a line evicted first is then read from DRAM again. So evict_first is
+  // faster on short ranges and slower on ranges of 512 or more tiles per CTA;
+  // kEvictFirstMaxTiles lies between (BENCHMARKS.md).
   const bool evict_first = n_tiles <= kEvictFirstMaxTiles;
   for (int u = 0; u < n_pairs; ++u) {
     const int i = 2 * u + h;  // this stage's tile of pair u
@@ -258,19 +259,17 @@ __device__ __forceinline__ void issue_k_tiles(const KernelParams& p, const Reque
       const int j0 = kv_tile<kSkip>(rt, rt.tile_begin + i) * N;  // its first KV row
       // Every lane reads the tile's page (one broadcast load), in flight
       // across the wait, so no shuffle stands between the wait and the copies
-      // (lane 0's read and two shuffles after the wait: the tiny split
-      // B1 H16 T16 L4k 0.9% and B32 H16 T16 L4k 1.0% slower; BENCHMARKS.md
-      // session 27).
+      // (the wait ends on the consumers' critical path: lane 0's read and two
+      // shuffles after it measurably slow the short-range rows).
       loader.page_coord(j0, &page, &slot);
       // Pair u - 1's readers are done. Suspending up to 1 ms per try instead of
-      // polling (mbarrier.try_wait's suspend-time hint; ncu counted 4.1 M polls
-      // of this wait per launch): the thread wakes when the phase completes.
+      // polling (mbarrier.try_wait's suspend-time hint; polled, this wait
+      // spins through millions of tries per launch): the thread wakes when the
+      // phase completes.
       if (u > 0) mbar_wait<1000000u>(&k_empty[g], (u - 1) & 1);
       // One block per lane, not the group's 4-5 from lane 0: the copies go
-      // out together (tools/microbench/copy_rate: a page-64 tile streams from
-      // L2 in 1,480 cycles from nine issuing threads, 1,812 from one; H200,
-      // BENCHMARKS.md session 27: B1 H16 T64 L32k -0.7..-0.9% in two calls,
-      // the other rows within their spread).
+      // out together, and a tile streams from L2 faster when several threads
+      // issue its copies than when one does (tools/dev/microbench/copy_rate).
       issue_group_box_lane<Shape>(p, g, h, lane, sK, full_bar, slot, page, evict_first);
       // (Lane 0:) the tile through the loader's checks (a slot past the request's
       // pages or a page id outside the cache is flagged there): the copy

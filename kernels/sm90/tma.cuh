@@ -30,9 +30,8 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t by
 // kEvictFirst: with an L2 evict_first cache policy ("createpolicy",
 // ".L2::cache_hint"; PTX ISA 8.0), as FlashMLA's sm_90 kernel copies its K
 // tiles (CacheHintSm90::EVICT_FIRST); the K copies of CTAs with at most
-// kEvictFirstMaxTiles tiles use it (kernels/sm90/mla_tma_producer.cuh; H200,
-// BENCHMARKS sessions 15-16: B1 H16 T64 L32k -5%, B32 H16 T16 L4k -3%, but
-// +1-2% on CTAs of 512-1,024 tiles), the Q tile's copies do not.
+// kEvictFirstMaxTiles tiles use it (kernels/sm90/mla_tma_producer.cuh says
+// why only those), the Q tile's copies do not.
 template <bool kEvictFirst = false>
 __device__ __forceinline__ void tma_load_block(void* dst, const void* tmap, uint64_t* bar, int c0,
                                                int c1, int c2) {

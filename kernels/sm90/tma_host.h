@@ -50,7 +50,7 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // A 3-D map of 16-bit elements (dims and byte strides of dims 1, 2 as the
 // driver takes them) with the layout both maps share: 128-byte swizzle (the
 // shared-memory layout of kernels/sm90/swizzle.cuh), L2 promotion of 256
-// bytes (`promotion`: tools/microbench/copy_rate compares others), zeros
+// bytes (`promotion`: tools/dev/microbench/copy_rate compares others), zeros
 // outside the tensor. `encode` from tensor_map_encoder().
 inline CUresult encode_map_3d(
     PFN_cuTensorMapEncodeTiled_v12000 encode, CUtensorMap* map, const void* base, int dtype,

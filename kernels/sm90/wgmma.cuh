@@ -50,8 +50,8 @@ __device__ __forceinline__ uint64_t desc_add(uint64_t d, uint32_t bytes) {
 
 // K-major operand block (rows x 64 elements, 128-byte rows) at `base` +
 // `off` bytes, k16 step `k`. With `off` and `k` compile-time constants the
-// descriptor of `base` is computed once and each call is one add (the
-// address arithmetic per wgmma was 12 uniform instructions).
+// descriptor of `base` is computed once and each call is one add (built
+// from scratch per wgmma, the descriptor costs 12 uniform instructions).
 __device__ __forceinline__ uint64_t desc_kmajor(uint32_t base, uint32_t off, int k) {
   return desc_add(smem_desc(base, 16u, 1024u), off + 32u * k);
 }

@@ -872,47 +872,79 @@ def tree_attention_paged(
 
     KV row ``j`` of request ``i`` lives in page ``kv_indices[kv_indptr[i] + j // page_size]``
     at slot ``j % page_size``; the last ``q_len_i`` rows of each request are its
-    drafts (already written to the cache), in query order.
+    drafts (already written to the cache), in query order. Every page named by
+    ``kv_indices`` must be whole (``page_size`` slots): the sm_90 MLA kernel may
+    read the slots past ``kv_len_i`` in a request's last page (page_size a
+    multiple of 64), or up to 63 cache rows past a request's last row
+    (page_size 1 with ``kv_slot_runs``; never past the cache's end), and never
+    uses their values.
 
     Args:
-      q: ``[total_q, H, D_qk]`` fp16/bf16 CUDA tensor.
-      k_cache: ``[num_pages, page_size, Hkv, D_qk]`` (page size inferred), or
-        ``[slots, Hkv, D_qk]`` (page size = ``page_size`` or 1; page ``p`` is
-        slots ``p * page_size ..``; SGLang's token pool with page size 1).
-      v_cache: same layout with ``D_vo``, or None for MLA (value = first
+      q: ``[total_q, H, D_qk]`` fp16/bf16 CUDA tensor; rows ``qo_indptr[i] ..
+        qo_indptr[i+1]`` are request ``i``'s draft tokens.
+      k_cache: q's dtype; ``[num_pages, page_size, Hkv, D_qk]`` (page size
+        inferred from ``shape[1]``), or ``[slots, Hkv, D_qk]`` (page size =
+        ``page_size`` or 1; page ``p`` is slots ``p * page_size ..``; SGLang's
+        token pool with page size 1). ``H % Hkv == 0``.
+      v_cache: the same layout with ``D_vo``, or None for MLA (value = first
         ``head_dim_vo`` values of the K row; a ``k_cache[..., :512]`` view is
         detected as MLA too).
-      qo_indptr: ``[B + 1]`` int32.
-      kv_indptr: ``[B + 1]`` int32 offsets into ``kv_indices`` (in pages).
-      kv_indices: int32 page ids, ``>= kv_indptr[B]`` entries.
-      kv_len: ``[B]`` int32 KV rows per request (prefix + drafts), ``>= q_len_i``.
-      page_size: see ``k_cache``; must match ``k_cache.shape[1]`` for a 4-D cache.
-      kv_slot_runs: page_size 1 only, a hint (int >= 1, default 1 = none): the
-        slots of each request mostly come in runs of this many consecutive
-        slots from its first KV row, as SGLang's token slots of a
+      qo_indptr: ``[B + 1]`` int32 (``total_q = qo_indptr[B] = q.shape[0]``).
+      kv_indptr: ``[B + 1]`` int32 offsets into ``kv_indices``, in pages:
+        request ``i``'s pages are ``kv_indices[kv_indptr[i]:kv_indptr[i+1]]``.
+      kv_indices: 1-D int32 page ids in ``[0, num_pages)``, at least
+        ``kv_indptr[B]`` entries.
+      kv_len: ``[B]`` int32 KV rows per request (prefix + drafts),
+        ``q_len_i <= kv_len_i <= (kv_indptr[i+1] - kv_indptr[i]) * page_size``.
+      page_size: slots (KV rows) per page, 1 .. 2^31-1; must match
+        ``k_cache.shape[1]`` for a 4-D cache; default 1 for a 3-D one.
+      tree_mask: int32 (bit pattern) or uint32 ``[total_q, W]``, contiguous,
+        ``W >= ceil(max_q_len / 32)``; see :mod:`verify_attn.masks`.
+      causal: chain mode instead of ``tree_mask`` (exactly one of the two).
+      sm_scale: logit scale, finite and > 0; default ``1 / sqrt(D_qk)``.
+      head_dim_vo: MLA value width (default 512 when ``v_cache`` is None; the
+        kernels run MLA with ``D_qk`` 576 and ``head_dim_vo`` 512, 1..128 heads
+        and one KV head, NotImplementedError otherwise); must equal
+        ``v_cache.shape[-1]`` otherwise (GQA/MHA: ``D`` 64, 128 or 256,
+        ``H / Hkv`` <= 16).
+      max_q_len: host upper bound of every ``q_len_i`` (<= 1024). Computed from
+        ``qo_indptr`` when None: a device->host sync; required under CUDA graph
+        capture and ``torch.compile``.
+      max_kv_len: host upper bound of every ``kv_len_i``, in KV rows (<= 2^31-1;
+        plans the split count). Computed from ``kv_len`` when None (host sync);
+        same rules as ``max_q_len``.
+      return_lse: also return the fp32 ``[total_q, H]`` LSE, natural log, as in
+        :func:`tree_attention_flat`.
+      num_splits: 0 = automatic; 1 .. 65535 forces the split-K count.
+      out: optional preallocated ``[total_q, H, D_vo]`` (q's dtype) to write;
+        its elements must not overlap in memory (no ``expand``-ed views).
+      lse: optional preallocated fp32 ``[total_q, H]`` to write (any strides
+        that do not overlap).
+      kv_slot_runs: page_size 1 only, a hint in slots (int >= 1, default 1 =
+        none): the slots of each request mostly come in runs of this many
+        consecutive slots from its first KV row, as SGLang's token slots of a
         ``--page-size kv_slot_runs`` pool do. With a multiple of 64, MLA on
         sm_90 takes the TMA kernel
         (kernels/sm90/mla_seesaw_kernel.cuh, config ``mla_wgmma_seesaw_tma_rows``),
         which copies each 64-row tile whose slots are consecutive by bulk
         tensor copies and gathers the others; otherwise the cp.async kernel.
         Any slot layout gives correct results either way; only the speed
-        depends on the hint (H200, slots in runs of 64: 3-18% faster than
-        without it on the MLA bench rows, 0.94-1.03x FlashMLA's page-64
-        chain, within 2% of page_size 64, BENCHMARKS.md session 20). A hint
-        that does not hold is slower: the producer then gathers the tiles
-        itself (fully scattered slots: 1.3-1.7x the time without the hint,
-        BENCHMARKS.md session 21).
-      other arguments: as in :func:`tree_attention_flat`; ``max_kv_len`` is
-        computed from ``kv_len`` when None (host sync).
+        depends on the hint. A hint that holds brings a page_size 1 cache
+        close to a page_size 64 one; a hint that does not hold is slower than
+        none, because the producer warps then gather the tiles themselves and
+        wait for their own copies (BENCHMARKS.md).
 
     Returns:
-      ``out`` or ``(out, lse)`` as in :func:`tree_attention_flat`.
+      ``out`` ``[total_q, H, D_vo]`` in q's dtype, or ``(out, lse)`` when
+      ``return_lse``.
 
     Raises:
       As :func:`tree_attention_flat`; names are ``k_cache``/``v_cache``/
-      ``kv_indices``/``kv_len``/``page_size`` for the paged arguments;
-      ``kv_slot_runs``: TypeError for a non-integer, ValueError outside
-      [1, 2^31-1] or above 1 with a page_size other than 1.
+      ``kv_indices``/``kv_len``/``page_size`` for the paged arguments (e.g.
+      ValueError when the host reads the index arrays and finds a request
+      whose ``kv_len`` is below its ``q_len`` or needs more pages than
+      ``kv_indptr`` gives it); ``kv_slot_runs``: TypeError for a non-integer,
+      ValueError outside [1, 2^31-1] or above 1 with a page_size other than 1.
     """
     return _run(True, q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, kv_len, page_size,
                 tree_mask, causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, return_lse,
