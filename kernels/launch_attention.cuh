@@ -11,7 +11,6 @@
 #include <cstdint>
 
 #include "kernels/attention_kernel.cuh"
-#include "kernels/attention_kernel_r32.cuh"
 #include "kernels/launch.h"
 #include "kernels/pdl_launch.h"
 #include "kernels/plan.h"
@@ -22,7 +21,7 @@
 
 namespace verify_attn {
 
-// The kernel template a tile shape runs (TileShapeR32: the experimental one).
+// The kernel template a tile shape runs.
 template <class Shape, typename DT, class Loader>
 constexpr auto kernel_for() {
   if constexpr (Shape::kWgmma) {
@@ -31,8 +30,6 @@ constexpr auto kernel_for() {
     } else {
       return mla_wgmma_kernel<Shape, DT, Loader>;
     }
-  } else if constexpr (Shape::kRowsPerWarp == 32) {
-    return attention_kernel_r32<Shape, DT, Loader>;
   } else {
     return attention_kernel<Shape, DT, Loader>;
   }
@@ -163,8 +160,7 @@ va_status launch_config(const KernelParams& kp, const Plan& plan, int dtype, voi
   if constexpr (uses_tma<Shape>()) {
     if constexpr (!(Shape::kRowsGather && !Loader::kPaged)) {  // (rows map: paged only)
       // The instance that skips invisible draft tiles (Plan::skip_draft_tiles).
-      using Skip = TileShapeWgmmaMla<Shape::kPipelinedS, Shape::kStagedRows, true,
-                                     Shape::kRowsGather, true>;
+      using Skip = TileShapeWgmmaMla<true, Shape::kRowsGather, true>;
       if (plan.skip_draft_tiles) return launch_shape<Skip, Loader>(kp, plan, dtype, stream);
     }
   }
@@ -174,18 +170,11 @@ va_status launch_config(const KernelParams& kp, const Plan& plan, int dtype, voi
 template <class Loader>
 va_status launch_attention(const KernelParams& kp, const Plan& plan, int dtype, void* stream) {
   switch (plan.config) {
-    case kCfgMlaM64N32S2: return launch_config<kCfgMlaM64N32S2, Loader>(kp, plan, dtype, stream);
-    case kCfgMlaM32N32S2: return launch_config<kCfgMlaM32N32S2, Loader>(kp, plan, dtype, stream);
     case kCfgMlaM32N32S1: return launch_config<kCfgMlaM32N32S1, Loader>(kp, plan, dtype, stream);
     case kCfgGqa64M64N64S2: return launch_config<kCfgGqa64M64N64S2, Loader>(kp, plan, dtype, stream);
     case kCfgGqa128M64N64S2: return launch_config<kCfgGqa128M64N64S2, Loader>(kp, plan, dtype, stream);
     case kCfgGqa256M64N32S2: return launch_config<kCfgGqa256M64N32S2, Loader>(kp, plan, dtype, stream);
     case kCfgGqa256M64N32S1: return launch_config<kCfgGqa256M64N32S1, Loader>(kp, plan, dtype, stream);
-    case kCfgMlaM64N32W8S2: return launch_config<kCfgMlaM64N32W8S2, Loader>(kp, plan, dtype, stream);
-    case kCfgMlaR32M64N32S2: return launch_config<kCfgMlaR32M64N32S2, Loader>(kp, plan, dtype, stream);
-    case kCfgMlaR32M32N32S1: return launch_config<kCfgMlaR32M32N32S1, Loader>(kp, plan, dtype, stream);
-    case kCfgMlaWgmmaM64N64: return launch_config<kCfgMlaWgmmaM64N64, Loader>(kp, plan, dtype, stream);
-    case kCfgMlaWgmmaM64N64P: return launch_config<kCfgMlaWgmmaM64N64P, Loader>(kp, plan, dtype, stream);
     case kCfgMlaWgmmaM64N64PR: return launch_config<kCfgMlaWgmmaM64N64PR, Loader>(kp, plan, dtype, stream);
     case kCfgMlaWgmmaSeesawTma: return launch_config<kCfgMlaWgmmaSeesawTma, Loader>(kp, plan, dtype, stream);
     case kCfgMlaWgmmaSeesawRows: return launch_config<kCfgMlaWgmmaSeesawRows, Loader>(kp, plan, dtype, stream);

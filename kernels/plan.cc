@@ -17,10 +17,9 @@
 namespace verify_attn {
 namespace {
 
-// Both sm_90a MLA kernels work in tile pairs and run an odd count's last pair
-// as tile A alone, about half a pair; granule 2 still: the split counts
-// granule 1 would pick ran slower (H200, BENCHMARKS.md session 13). The
-// portable kernels tile by tile.
+// The sm_90a MLA kernels work in tile pairs and run an odd count's last pair
+// as tile A alone, about half a pair: a split's share is counted in pairs. The
+// portable kernels go tile by tile.
 template <class S>
 constexpr int tile_granule() {
   return S::kWgmma ? 2 : 1;
@@ -29,24 +28,18 @@ constexpr int tile_granule() {
 template <int ID>
 constexpr ConfigDesc make_desc(const char* tag) {
   using S = typename ConfigShape<ID>::type;
-  return ConfigDesc{tag,           S::kM,          S::kN,     S::kWarps,          S::kStages,
-                    S::kSmemBytes, S::kMinBlocks, S::kWgmma ? 90 : 0, S::kWgmma, tile_granule<S>(),
-                    S::kRowsGrid};
+  return ConfigDesc{tag,          S::kVIsK,      S::kDqk,   S::kDv,
+                    S::kM,        S::kN,         S::kWarps, S::kStages,
+                    S::kSmemBytes, S::kMinBlocks, S::kWgmma ? 90 : 0, S::kWgmma,
+                    tile_granule<S>(), S::kRowsGrid};
 }
 
 const ConfigDesc kDescs[kNumConfigs] = {
-    make_desc<kCfgMlaM64N32S2>("mla_m64n32_s2"),
-    make_desc<kCfgMlaM32N32S2>("mla_m32n32_s2"),
     make_desc<kCfgMlaM32N32S1>("mla_m32n32_s1"),
     make_desc<kCfgGqa64M64N64S2>("gqa_d64_m64n64_s2"),
     make_desc<kCfgGqa128M64N64S2>("gqa_d128_m64n64_s2"),
     make_desc<kCfgGqa256M64N32S2>("gqa_d256_m64n32_s2"),
     make_desc<kCfgGqa256M64N32S1>("gqa_d256_m64n32_s1"),
-    make_desc<kCfgMlaM64N32W8S2>("mla_m64n32_w8_s2"),
-    make_desc<kCfgMlaR32M64N32S2>("mla_r32_m64n32_s2"),
-    make_desc<kCfgMlaR32M32N32S1>("mla_r32_m32n32_s1"),
-    make_desc<kCfgMlaWgmmaM64N64>("mla_wgmma_m64n64"),
-    make_desc<kCfgMlaWgmmaM64N64P>("mla_wgmma_m64n64_pipe"),
     make_desc<kCfgMlaWgmmaM64N64PR>("mla_wgmma_m64n64_pipe_rows"),
     make_desc<kCfgMlaWgmmaSeesawTma>("mla_wgmma_seesaw_tma"),
     make_desc<kCfgMlaWgmmaSeesawRows>("mla_wgmma_seesaw_tma_rows"),
@@ -195,23 +188,14 @@ int choose_splits(int64_t base_ctas, int64_t kv_tiles, int num_sms, int ctas_per
   // Cost of one CTA in KV tiles: its share of the tiles, rounded up to the
   // kernel's granule (the sm_90a kernels work in tile pairs: an odd share's
   // last pair costs a whole one), plus a fixed part (Q tile load, prologue,
-  // epilogue), about 6 tiles (H200: B1 H16 T64 L32k ran 845 us with 17 splits
-  // = 2.06 waves, 627 us with 8 = 0.97 waves, 635 us with 33, 679 us with 66).
-  // Each split adds its partial rows to write and merge: about a third of a
-  // tile per split (fit on the TMA kernel then: H200, B1 H16 T16 L4k, sessions
-  // 9 and 11, the counts this picked were best or within 3% of every forced
-  // count from 6 to 33); the portable kernels keep that model (not refit on
-  // them).
-  // The sm_90a kernels (granule 2) were refit in session 25 (H200, page 64,
-  // the bench's graph replay, one process per count; BENCHMARKS.md): B1 H16
-  // T16 L4k 11 / 13 / 16 / 17 / 22 splits 21.3 / 21.5 / 22.0 / 19.4 / 20.6 us,
-  // B1 H16 T16 L32k 29 / 33 splits 48.2 / 50.2 us. So: a quarter of a tile per
-  // split; up to ceil(kv_tiles / kMinTilesPerSplit) splits (17 of 65 tiles:
-  // shares of 3 and 4, where the portable rule stops at 16); and a split
-  // grid's waves are counted over 97% of the SMs (128 of the H200's 132: 33
-  // splits of 4 row tiles, 132 CTAs, ran slower than 29, 116 CTAs, with 11%
-  // fewer tiles each; the SM clock falls as more SMs are busy, BENCHMARKS.md
-  // session 24; FlashMLA's B1 grids use 128).
+  // epilogue) of about 6 tiles. Each split adds its partial rows to write and
+  // merge: a third of a tile per split on the portable kernels, a quarter on
+  // the sm_90a kernels (fit to forced split counts on the H200's bench rows).
+  // The sm_90a kernels take up to ceil(kv_tiles / kMinTilesPerSplit) splits
+  // (shares of 3 and 4 tiles), and count a split grid's waves over 97% of the
+  // SMs: the SM clock falls as more SMs are busy, so a grid that fills every
+  // SM with fewer tiles each runs slower than one that leaves a few idle
+  // (FlashMLA's single-request grids also use 128 of the H200's 132 SMs).
   constexpr double kFixedTiles = 6.0;
   const bool pairs = tile_granule > 1;
   const double merge_tiles_per_split = pairs ? 0.25 : 1.0 / 3.0;
@@ -245,15 +229,11 @@ int choose_splits(int64_t base_ctas, int64_t kv_tiles, int num_sms, int ctas_per
 
 va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
   // The grid's order (read first: a bad knob fails before anything is planned).
-  // A request's row tiles adjacent in launch order (grid_coord, kernels/plan.h)
-  // on the sm_90a MLA kernels whenever grid y can hold the requests. H200,
-  // page 64, three alternating runs each (BENCHMARKS.md session 23): B16 H16
-  // T64 L32k -5.0% (two waves: each request's KV read by all 16 of its row
-  // tiles in one wave, not by 8 in each), B32 H16 T16 L4k -3.1%, B4 H16 T64
-  // L128k -0.1..-2.4% (one wave: the readers of a KV tile in adjacent CTAs),
-  // multi-request trees of many waves too (B4 T1024 L8k -4.1%); B1 the same
-  // order either way. The portable kernels keep the request-major grid
-  // (GQA measured -0.5..+0.2% with the rows first; sm_120 not measured).
+  // On the sm_90a MLA kernels a request's row tiles are adjacent in launch
+  // order (grid_coord, kernels/plan.h) whenever grid y can hold the requests:
+  // the CTAs that read the same KV tiles then run in the same wave, and the
+  // tiles come from L2 for all but the first of them. The portable kernels keep
+  // the request-major grid (no gain measured on GQA).
   // VERIFY_ATTN_GRID_ORDER=requests (A/B and test knob) keeps it everywhere.
   int rows_knob = -1;  // 1: rows, 0: requests, -1: unset (the default, rows)
   va_status st = read_switch_knob("VERIFY_ATTN_GRID_ORDER", "rows", "requests", &rows_knob);
@@ -273,31 +253,17 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
   ConfigId cands[8];
   int n = 0;
   if (mla) {
-    // sm_90: warpgroup MMA (kernels/sm90/mla_wgmma_kernel.cuh); the mma.sync
-    // configurations below stay the portable path (sm_120) and the fallback.
-    // H200, B1 H16 T64 L32k: 159 us with the row offsets staged in shared
-    // memory, at page_size 1 and 64 alike, vs 240 / 213 us with per-thread page
-    // lookups (mla_wgmma_m64n64_pipe) and 497 us on mma.sync.
-    // Flat caches and paged caches with page_size % 64 == 0 take the TMA kernel
-    // (kernels/sm90/mla_seesaw_kernel.cuh): H200, page_size 64, 3-10% faster
-    // than the cp.async kernel on the MLA bench rows, none slower
-    // (BENCHMARKS.md, session 5).
-    // page_size 1 with the kv_slot_runs hint (slots in runs of 64: SGLang's
-    // token slots of a --page-size 64 pool) takes it through the rows map,
-    // gathering the tiles whose slots are not consecutive (H200, slots in
-    // runs of 64: 3-15% faster than the cp.async kernel on the L4k MLA rows,
-    // about 12-18% on the longer ones, within 2% of page_size 64;
-    // BENCHMARKS.md session 20; session 19's version was 3% slower on the L4k
-    // rows and needed max_kv_len >= 8192).
-    if (dev.sm_arch == 90 && built_sm90a() && tma_k_cache_ok(p)) cands[n++] = kCfgMlaWgmmaSeesawTma;
-    if (dev.sm_arch == 90 && built_sm90a() && rows_hint_ok(p))
-      cands[n++] = kCfgMlaWgmmaSeesawRows;
-    if (dev.sm_arch == 90 && built_sm90a()) cands[n++] = kCfgMlaWgmmaM64N64PR;
-    // H200, B1 H16 T64 L32k: 8 warps 524 us vs 16 warps 627 us (fewer Q
-    // fragment reloads per score); B1 H128 T32 L8k 502 vs 598; B32 T16 L4k 502 vs 589.
-    if (rows_max > 32) cands[n++] = kCfgMlaM64N32W8S2;
-    if (rows_max > 32) cands[n++] = kCfgMlaM64N32S2;
-    cands[n++] = kCfgMlaM32N32S2;
+    // sm_90a: warpgroup MMA. The TMA kernel where the copy engine can read the
+    // cache (flat caches, pages of a multiple of 64 rows, page_size 1 with the
+    // kv_slot_runs hint through the rows map); it overlaps the copies with both
+    // consumers' MMAs and leaves the producer's registers free. Every other
+    // layout takes the cp.async kernel, which reads any layout the C-ABI
+    // accepts. The mma.sync kernel is the portable MLA path: sm_120, whose
+    // 101,376 bytes per block hold one stage of a 32-row tile.
+    const bool sm90a = dev.sm_arch == 90 && built_sm90a();
+    if (sm90a && tma_k_cache_ok(p)) cands[n++] = kCfgMlaWgmmaSeesawTma;
+    if (sm90a && rows_hint_ok(p)) cands[n++] = kCfgMlaWgmmaSeesawRows;
+    if (sm90a) cands[n++] = kCfgMlaWgmmaM64N64PR;
     cands[n++] = kCfgMlaM32N32S1;
   } else if (p.head_dim_qk == 64) {
     cands[n++] = kCfgGqa64M64N64S2;
@@ -309,7 +275,7 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
   }
   int chosen = -1;
   // Tuning knob (benchmarks only): VERIFY_ATTN_FORCE_CONFIG=<tag> (e.g.
-  // mla_m64n32_w8_s2) puts that configuration first when it serves this layout
+  // mla_m32n32_s1) puts that configuration first when it serves this layout
   // (else the usual choice runs); a tag that names no configuration is an
   // error, not silently the usual choice. Empty: unset.
   const char* force = std::getenv("VERIFY_ATTN_FORCE_CONFIG");
@@ -323,9 +289,7 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
                      force, va_config_tags());
     for (int id = 0; id < kNumConfigs; ++id) {
       const ConfigDesc& fd = kDescs[id];
-      const bool serves = mla ? std::strncmp(fd.tag, "mla", 3) == 0
-                              : (std::strncmp(fd.tag, "gqa", 3) == 0 &&
-                                 std::atoi(fd.tag + 5) == p.head_dim_qk);
+      const bool serves = fd.mla == mla && (mla || fd.head_dim_qk == p.head_dim_qk);
       const bool arch_ok =
           fd.only_arch == 0 || (fd.only_arch == dev.sm_arch && (!fd.wgmma || built_sm90a()));
       if (serves && arch_ok && layout_ok(id, p) && std::strcmp(fd.tag, force) == 0 &&
@@ -374,25 +338,18 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
   plan->group = group;
   plan->row_tiles = static_cast<int>(row_tiles);
   plan->splits = static_cast<int>(splits);
-  // Trees of more than 4 tiles of drafts (kernels/core/request.cuh). H200,
-  // DDTree-like trees, page 64, B1 H16 (BENCHMARKS.md session 22): with the
-  // skip T1024 L8k -3%, T512 L2k / L4k / L8k -1.5 / -0.8 / -0.8%; T256 L1k /
-  // L4k / L8k +5.3 / +2.8 / +1.3%, its per-visit tile lookup costing more than
-  // the few tiles it skips there.
+  // Trees of more than 4 tiles of drafts skip the draft-only tiles no row of
+  // a CTA sees (kernels/core/request.cuh). On shorter trees the per-visit tile
+  // lookup costs more than the few tiles it skips.
   const bool seesaw = chosen == kCfgMlaWgmmaSeesawTma || chosen == kCfgMlaWgmmaSeesawRows;
   plan->skip_draft_tiles = seesaw && p.mask_mode == VA_MASK_TREE && p.max_q_len > 4 * d.n;
   // Stage 0's blocks 0-3 released for refill as soon as consumer 0's P_A
-  // V_A[:, L] completes, not after consumer 1's max of tile B: where one row
-  // tile covers a request's rows (its KV read by this CTA alone, from DRAM:
-  // the bandwidth-bound regime) the next tile A's first blocks are then in
-  // flight while tile B lands. H200, page 64, 2 + 2 processes each
-  // (BENCHMARKS.md session 25): B128 H16 T4 L4k -2.1% (knob A/B on one wheel)
-  // and -0.6% (this rule against the split-model wheel, another call; within
-  // the row's 1-2% spread): small. Rows of several row tiles per request, knob
-  // on everywhere: B1 H16 T64 L32k +0.5%, B4 H16 T64 L128k -2.9% (its spread is
-  // larger), the others -0.4..+0.1%; session 6 (`_a0e`, older kernel): B1 H16
-  // T64 L32k +2%, B16 -1.0%, B4 -0.3%. Mixed there, so only where the
-  // mechanism (a lone reader's DRAM latency) is the bound.
+  // V_A[:, L] completes, not after consumer 1's max of tile B, where one row
+  // tile covers a request's rows: that CTA alone reads the request's KV, from
+  // DRAM (the bandwidth-bound regime), and the next tile A's first blocks are
+  // then in flight while tile B lands. Where several row tiles share a
+  // request's KV the tiles mostly come from L2 and the early release does not
+  // pay (mixed measurements, BENCHMARKS.md).
   plan->early_a0_release = seesaw && (early_a0 >= 0 ? early_a0 == 1 : row_tiles == 1);
   // (The order's rule: at the top of this function.)
   plan->grid_rows_fastest =

@@ -62,70 +62,33 @@ struct TileShape {
   static_assert(DV_ <= DQK_, "value columns come from a DQK-wide tile when V_IS_K");
 };
 
-// EXPERIMENTAL (MLA only; never chosen by the plan, only through
-// VERIFY_ATTN_FORCE_CONFIG; not yet run on a GPU): 32 query rows per warp
-// (two m16 tiles share every K/V fragment) and the 576-wide reduction of
-// Q K^T split across WARPS_D warps, partial scores summed through shared
-// memory (kernels/attention_kernel_r32.cuh). Per KV tile it issues about a
-// third of the ldmatrix traffic per mma of TileShape's 16-row warps, which
-// ncu showed to be the limit (short-scoreboard stalls on shared memory).
-template <int DQK_, int DV_, int WARPS_M_, int WARPS_D_, int N_, int STAGES_>
-struct TileShapeR32 {
-  static constexpr bool kWgmma = false;
-  static constexpr bool kRowsGrid = false;
-  static constexpr bool kSkipDraftTiles = false;
-  static constexpr int kRowsPerWarp = 32;
-  static constexpr int kMinBlocks = 1;
-  static constexpr int kDqk = DQK_;
-  static constexpr int kDv = DV_;
-  static constexpr bool kVIsK = true;
-  static constexpr int kWarpsM = WARPS_M_;
-  static constexpr int kWarpsN = WARPS_D_;  // d-slices of Q K^T; value column groups of P V
-  static constexpr int kWarps = WARPS_M_ * WARPS_D_;
-  static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kM = 32 * WARPS_M_;
-  static constexpr int kN = N_;
-  static constexpr int kStages = STAGES_;
-  static constexpr int kQStride = DQK_ + 8;
-  static constexpr int kKStride = DQK_ + 8;
-  static constexpr int kVStride = kKStride;
-  static constexpr int kPStride = N_ + 8;
-  static constexpr int kSStride = N_ + 8;  // fp32 partial scores, [WARPS_D][M][kSStride]
-  static constexpr int kQBytes = kM * kQStride * 2;
-  static constexpr int kKBytes = kStages * kN * kKStride * 2;
-  static constexpr int kVBytes = 0;
-  static constexpr int kPBytes = kM * kPStride * 2;
-  static constexpr int kSBytes = WARPS_D_ * kM * kSStride * 4;
-  static constexpr int kRedBytes = 2 * WARPS_D_ * kM * 4;
-  static constexpr int kSmemBytes = kQBytes + kKBytes + kPBytes + kSBytes + kRedBytes;
-
-  static_assert((DQK_ / WARPS_D_) % 16 == 0, "each d-slice is whole k16 steps");
-  static_assert(N_ == 8 * WARPS_D_, "each warp owns one n8 column block of the scores");
-  static_assert(DV_ % (16 * WARPS_D_) == 0, "value columns per warp: whole n16 blocks");
-};
-
-// sm_90a only: MLA (576/512) on warpgroup MMA (kernels/sm90/mla_wgmma_kernel.cuh).
-// One producer warpgroup gathers 64-row K tiles (cp.async, any page size) into
-// two stages; two consumer warpgroups share 64 folded query rows, each
-// computing the scores of alternate KV tiles and half of the 512 output
-// columns. Shared memory, in 8 KB swizzled blocks of 64 rows x 64 columns
-// (kernels/sm90/swizzle.cuh): Q (9 blocks), K [2 stages][9 blocks] (the
-// consumers write P over a tile's block 8 once its scores are done), row max /
-// row sum [2][2][64] fp32, and 1 KB to align the dynamic base to the
-// 1024-byte swizzle atom.
-// SEESAW_TMA: kernels/sm90/mla_seesaw_kernel.cuh instead (K tiles by bulk
-// tensor copies, paged caches with page_size % 64 == 0 and flat caches; the consumers take
-// turns on the tensor cores); its row max, two rescale factors and row sums
-// take [5][64] fp32. ROWS_GATHER (with SEESAW_TMA): page_size 1 caches through
-// the rows map, tiles of consecutive slots boxed and the others gathered by
-// the producer (kernels/sm90/mla_tma_producer.cuh), for the kv_slot_runs hint;
-// a separate instantiation, so that the page-size-64 kernel stays as it was.
-// SKIP_DRAFT_TILES (with SEESAW_TMA): the instance that does not visit a
-// tree's draft-only KV tiles no row of the CTA sees (kernels/core/request.cuh,
+// sm_90a only: MLA (576/512) on warpgroup MMA, one producer warpgroup and two
+// consumer warpgroups sharing 64 folded query rows; each consumer computes the
+// scores of alternate KV tiles and half of the 512 output columns.
+// SEESAW_TMA false: kernels/sm90/mla_wgmma_kernel.cuh, the producer gathers
+// 64-row K tiles with cp.async (any page size, any layout the C-ABI accepts),
+// each thread first resolving one row of the next tile into a shared-memory
+// table of offsets (kRowBytes), and the consumers start a tile's scores block
+// by block as its 64-column blocks land.
+// SEESAW_TMA true: kernels/sm90/mla_seesaw_kernel.cuh, K tiles by bulk tensor
+// copies (paged caches with page_size % 64 == 0, and flat caches), the
+// consumers taking turns on the tensor cores; its row max, two rescale factors
+// and row sums take [5][64] fp32.
+// ROWS_GATHER (with SEESAW_TMA): page_size 1 caches through the rows map, tiles
+// of consecutive slots boxed and the others gathered by the producer
+// (kernels/sm90/mla_tma_producer.cuh), for the kv_slot_runs hint; a separate
+// instantiation, so that the page-size-64 kernel does not carry the gather code.
+// SKIP_DRAFT_TILES (with SEESAW_TMA): the instance that does not visit a tree's
+// draft-only KV tiles no row of the CTA sees (kernels/core/request.cuh,
 // kv_tile); the plan picks it for trees of more than four tiles of drafts
-// (Plan::skip_draft_tiles), so the other calls run the kernel without it.
-template <bool PIPELINED_S, bool STAGED_ROWS = false, bool SEESAW_TMA = false,
-          bool ROWS_GATHER = false, bool SKIP_DRAFT_TILES = false>
+// (Plan::skip_draft_tiles), where the skipped tiles outweigh its per-visit
+// tile lookup.
+// Shared memory, in 8 KB swizzled blocks of 64 rows x 64 columns
+// (kernels/sm90/swizzle.cuh): Q (9 blocks), K [2 stages][9 blocks] (the
+// consumers write P over a tile's block 8 once its scores are done), the row
+// statistics, the cp.async kernel's row-offset table, and 1 KB to align the
+// dynamic base to the 1024-byte swizzle atom.
+template <bool SEESAW_TMA, bool ROWS_GATHER = false, bool SKIP_DRAFT_TILES = false>
 struct TileShapeWgmmaMla {
   static constexpr bool kWgmma = true;
   static constexpr bool kRowsGrid = true;  // reads Plan::grid_rows_fastest (grid_coord)
@@ -134,13 +97,6 @@ struct TileShapeWgmmaMla {
   static_assert(!ROWS_GATHER || SEESAW_TMA, "the rows-map gathers are the TMA kernel's");
   static_assert(!SKIP_DRAFT_TILES || SEESAW_TMA, "only the TMA kernel skips draft tiles");
   static constexpr bool kSkipDraftTiles = SKIP_DRAFT_TILES;
-  // Producer: row offsets of the next tile resolved one per thread into
-  // shared memory (kRowBytes), see mla_wgmma_kernel.cuh (the default), or
-  // looked up by every copying thread (false).
-  static constexpr bool kStagedRows = STAGED_ROWS;
-  // Scores: start each 64-column block's wgmmas as it lands (true), or wait
-  // for the whole tile and issue one group (false).
-  static constexpr bool kPipelinedS = PIPELINED_S;
   static constexpr int kRowsPerWarp = 16;
   static constexpr int kMinBlocks = 1;
   static constexpr int kDqk = 576;
@@ -159,8 +115,8 @@ struct TileShapeWgmmaMla {
   static constexpr int kKTileBytes = kKBlocks * kBlockBytes;  // 73,728
   static constexpr int kKBytes = kStages * kKTileBytes;       // 147,456
   static constexpr int kRedBytes = SEESAW_TMA ? 5 * 64 * 4 : 2 * 2 * 64 * 4;  // 1,280 / 1,024
-  static constexpr int kRowBytes = STAGED_ROWS ? 2 * 2 * 64 * 8 : 0;  // 2,048
-  static constexpr int kSmemBytes = kQBytes + kKBytes + kRedBytes + kRowBytes + 1024;  // 223,232 (+2,048)
+  static constexpr int kRowBytes = SEESAW_TMA ? 0 : 2 * 2 * 64 * 8;  // 2,048: [2 halves][2][64]
+  static constexpr int kSmemBytes = kQBytes + kKBytes + kRedBytes + kRowBytes + 1024;  // 225,280 / 223,488
 };
 
 // The rules of the TMA kernel's map of a K cache's rows (kernels/sm90/tma_host.h,
@@ -175,48 +131,39 @@ inline bool rows_map_ok(const void* k, int64_t stride, int64_t rows) {
          (stride * 2) % 16 == 0 && rows >= 1 && rows <= 0x7fffffff && rows < lim / stride;
 }
 
+// Every configuration below is planned by some (arch, layout, shape) rule of
+// make_plan (kernels/plan.cc; kernels/tests/plan_test.cc walks them).
 enum ConfigId : int {
-  kCfgMlaM64N32S2 = 0,  // sm_90: 16 warps (4 x 4), 2-stage cp.async pipeline
-  kCfgMlaM32N32S2,      // sm_90, few rows per request
-  kCfgMlaM32N32S1,      // sm_120 (101376 B of shared memory per block)
-  kCfgGqa64M64N64S2,
-  kCfgGqa128M64N64S2,
-  kCfgGqa256M64N32S2,   // sm_90
-  kCfgGqa256M64N32S1,   // sm_120
-  kCfgMlaM64N32W8S2,    // sm_90: 8 warps (4 x 2): half the Q fragment reloads per score
-  kCfgMlaR32M64N32S2,   // EXPERIMENTAL sm_90: 32 rows/warp, d-split (see TileShapeR32)
-  kCfgMlaR32M32N32S1,   // EXPERIMENTAL sm_120 (98816 B)
-  kCfgMlaWgmmaM64N64,   // sm_90a: wgmma, producer + 2 consumer warpgroups (TileShapeWgmmaMla)
-  kCfgMlaWgmmaM64N64P,  // the same, scores pipelined block by block, per-thread page lookups
-  kCfgMlaWgmmaM64N64PR, // pipelined + row offsets staged in shared memory: the sm_90 default
-  kCfgMlaWgmmaSeesawTma,  // TMA refills + seesaw schedule: sm_90 paged, page_size % 64 == 0; flat
+  kCfgMlaM32N32S1 = 0,    // portable MLA: sm_120 (fits its 101,376 bytes per block)
+  kCfgGqa64M64N64S2,      // GQA / MHA head_dim 64, any arch
+  kCfgGqa128M64N64S2,     // head_dim 128, any arch
+  kCfgGqa256M64N32S2,     // head_dim 256 where 107,520 bytes fit (sm_90)
+  kCfgGqa256M64N32S1,     // head_dim 256, one stage (sm_120)
+  kCfgMlaWgmmaM64N64PR,   // sm_90a MLA, cp.async producer: page_size 1 and any other layout
+  kCfgMlaWgmmaSeesawTma,  // sm_90a MLA, TMA refills + seesaw: paged page_size % 64 == 0; flat
   kCfgMlaWgmmaSeesawRows, // the same through the rows map + gathers: page_size 1, kv_slot_runs hint
   kNumConfigs
 };
 
 template <int ID>
 struct ConfigShape;
-template <> struct ConfigShape<kCfgMlaM64N32S2> { using type = TileShape<576, 512, true, 4, 4, 32, 2>; };
-template <> struct ConfigShape<kCfgMlaM32N32S2> { using type = TileShape<576, 512, true, 2, 4, 32, 2>; };
 template <> struct ConfigShape<kCfgMlaM32N32S1> { using type = TileShape<576, 512, true, 2, 4, 32, 1>; };
-// GQA D64/D128: two CTAs per SM (2 x 56 KB / 2 x 97 KB of shared memory). On
-// the H200, D128 at 130 registers (one CTA per SM) ran B64 H32/4 T4 L1k in
-// 94 us against 65 us at 124 registers (two per SM).
+// GQA D64 / D128: two CTAs per SM (2 x 56 KB / 2 x 97 KB of shared memory),
+// which caps registers at 65536 / (2 x threads): D128 fits at 124 registers,
+// and one CTA per SM leaves the SM idle through each CTA's prologue and
+// epilogue on the many-request, short-KV shapes.
 template <> struct ConfigShape<kCfgGqa64M64N64S2> { using type = TileShape<64, 64, false, 4, 1, 64, 2, 2>; };
 template <> struct ConfigShape<kCfgGqa128M64N64S2> { using type = TileShape<128, 128, false, 4, 2, 64, 2, 2>; };
 template <> struct ConfigShape<kCfgGqa256M64N32S2> { using type = TileShape<256, 256, false, 4, 2, 32, 2>; };
 template <> struct ConfigShape<kCfgGqa256M64N32S1> { using type = TileShape<256, 256, false, 4, 2, 32, 1>; };
-template <> struct ConfigShape<kCfgMlaM64N32W8S2> { using type = TileShape<576, 512, true, 4, 2, 32, 2>; };
-template <> struct ConfigShape<kCfgMlaR32M64N32S2> { using type = TileShapeR32<576, 512, 2, 4, 32, 2>; };
-template <> struct ConfigShape<kCfgMlaR32M32N32S1> { using type = TileShapeR32<576, 512, 1, 4, 32, 1>; };
-template <> struct ConfigShape<kCfgMlaWgmmaM64N64> { using type = TileShapeWgmmaMla<false>; };
-template <> struct ConfigShape<kCfgMlaWgmmaM64N64P> { using type = TileShapeWgmmaMla<true>; };
-template <> struct ConfigShape<kCfgMlaWgmmaM64N64PR> { using type = TileShapeWgmmaMla<true, true>; };
-template <> struct ConfigShape<kCfgMlaWgmmaSeesawTma> { using type = TileShapeWgmmaMla<true, false, true>; };
-template <> struct ConfigShape<kCfgMlaWgmmaSeesawRows> { using type = TileShapeWgmmaMla<true, false, true, true>; };
+template <> struct ConfigShape<kCfgMlaWgmmaM64N64PR> { using type = TileShapeWgmmaMla<false>; };
+template <> struct ConfigShape<kCfgMlaWgmmaSeesawTma> { using type = TileShapeWgmmaMla<true>; };
+template <> struct ConfigShape<kCfgMlaWgmmaSeesawRows> { using type = TileShapeWgmmaMla<true, true>; };
 
 struct ConfigDesc {
   const char* tag;  // e.g. "mla_m32n32_s1"
+  bool mla;         // serves MLA (v_is_k_prefix, 576 / 512); else GQA / MHA of head_dim_qk
+  int head_dim_qk, head_dim_vo;
   int m, n, warps, stages, smem_bytes;
   int min_blocks;  // CTAs per SM the kernel is compiled to fit (TileShape::kMinBlocks)
   int only_arch;   // 0: any built arch; else the one sm_XY (XY) it runs on (wgmma: 90)
@@ -278,9 +225,8 @@ VA_HOST_DEVICE inline int row_tile_kv_tiles(int row0, int M, int R, int G, int k
 // as FlashAttention-3's LPT scheduler orders causal blocks). With the rows
 // first that order holds within each request only (a multi-request grid of
 // more than one wave launches the last requests' long row tiles after the
-// first requests' short ones); still faster on multi-request trees of many
-// waves (H200, page 64, DDTree-like, BENCHMARKS.md session 23: B4 H16 T1024
-// L8k -4.1%, B8 T256 L8k -2.9%, B2 T512 L16k +-0.3% against request-major).
+// first requests' short ones); keeping a request's readers of a KV tile
+// together still wins on multi-request trees of many waves (BENCHMARKS.md).
 // The kernels' cta_coord (kernels/core/request.cuh); launch_grid below is its
 // grid.
 struct CtaCoord {
@@ -288,8 +234,8 @@ struct CtaCoord {
 };
 VA_HOST_DEVICE inline CtaCoord grid_coord(bool rows_fastest, int num_kv_heads, unsigned bx,
                                           unsigned by, unsigned bz, unsigned gx, unsigned gy) {
-  // Unsigned division, as blockIdx.x / num_kv_heads was (the signed one costs
-  // the 16-warp MLA kernel, at its 128-register cap, a stack slot).
+  // Unsigned division: the signed one costs more instructions (and, in a
+  // kernel at its register cap, a stack slot).
   const unsigned heads_idx = rows_fastest ? by : bx;
   const unsigned hkv = static_cast<unsigned>(num_kv_heads);
   const int row_tiles = static_cast<int>(rows_fastest ? gx : gy);

@@ -206,7 +206,7 @@ const char* va_compiled_archs(void);
 /* ABI version of the library (compare with VA_ABI_VERSION). */
 int32_t va_abi_version(void);
 /* Comma-separated tags of every kernel configuration, in the plan's order,
- * e.g. "mla_m64n32_s2,...,mla_wgmma_seesaw_tma,mla_wgmma_seesaw_tma_rows": the names the benchmark's
+ * e.g. "mla_m32n32_s1,...,mla_wgmma_seesaw_tma,mla_wgmma_seesaw_tma_rows": the names the benchmark's
  * VERIFY_ATTN_FORCE_CONFIG knob takes (any other is VA_ERR_INVALID_VALUE). */
 const char* va_config_tags(void);
 

@@ -38,9 +38,6 @@ struct FlatLoader {
 
   __device__ __forceinline__ int kv_len() const { return kv_len_; }
 
-  // Flat rows need no lookup (interface shared with PagedLoader).
-  __device__ __forceinline__ void prefetch_row(int) const {}
-
   // Offsets of row j (0 <= j < kv_len) or false when it must not be read.
   __device__ __forceinline__ bool row(int j, int64_t* k_off, int64_t* v_off) const {
     const int64_t r = base + j;

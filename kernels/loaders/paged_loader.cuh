@@ -44,14 +44,6 @@ struct PagedLoader {
 
   __device__ __forceinline__ int kv_len() const { return kv_len_; }
 
-  // Brings the page-table entry of row j into L1 ahead of row(j) (a hint:
-  // nothing is read when j's slot is outside the request's range).
-  __device__ __forceinline__ void prefetch_row(int j) const {
-    const int64_t slot = static_cast<int64_t>(slot_begin) + j / page_size;
-    if (slot >= 0 && slot < slot_end)
-      asm volatile("prefetch.global.L1 [%0];\n" ::"l"(indices + slot));
-  }
-
   __device__ __forceinline__ bool row(int j, int64_t* k_off, int64_t* v_off) const {
     const int page_in_req = j / page_size;
     const int slot_in_page = j - page_in_req * page_size;

@@ -75,7 +75,7 @@ static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "setmaxnre
 constexpr int kBarPairMax = 1;  // named barrier ids (0 is __syncthreads)
 constexpr int kBarPairP = 2;
 constexpr int kBarConsumers = 3;
-constexpr int kBarProducer = 4;  // 4, 5: the two producer halves (kStagedRows)
+constexpr int kBarProducer = 4;  // 4, 5: the two producer halves (their row-offset tables)
 constexpr int kBarStage = 6;     // 6, 7: one consumer's own (its output tile staged)
 
 // Producer: wait for the copies of blocks <= c (N = groups still allowed in
@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   unsigned char* sK = smem + Shape::kQBytes;  // [2][9 blocks]
   float* sMax = reinterpret_cast<float*>(sK + Shape::kKBytes);  // [2][64]
   float* sSum = sMax + 2 * M;                                                    // [2][64]
-  int64_t* s_rows = reinterpret_cast<int64_t*>(sSum + 2 * M);  // [2 halves][2][64] (kStagedRows)
+  int64_t* s_rows = reinterpret_cast<int64_t*>(sSum + 2 * M);  // [2 halves][2][64]
   __shared__ __align__(8) uint64_t full_bar[2][KB];
   __shared__ __align__(8) uint64_t empty_bar[2];
   __shared__ __align__(8) uint64_t q_full;  // p.q_tma: Q landed (transaction bytes)
@@ -177,15 +177,12 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     // addresses, then copies them block by block, one commit group per (pass,
     // block); block b is complete once group (1, b) is (publish_tile).
     //
-    // Row addresses: kStagedRows (mla_wgmma_m64n64_pipe_rows, the default):
-    // each thread of the half resolves ONE row of the next tile (one lookup
-    // and division, coalesced over the half) into a shared-memory table of
-    // element offsets, one tile ahead (H200: 159 us vs 240 us at page_size 1
-    // on B1 H16 T64 L32k, and page_size 1 as fast as 64). Otherwise
-    // (mla_wgmma_m64n64_pipe, opt-in) each pass looks up its four rows
-    // (independent page lookups; the first pass before waiting for the stage
-    // to be free) and the next tile's page-table entries are prefetched into L1.
-    int64_t* s_off = s_rows + half * 2 * N;  // kStagedRows: [2 buffers][64 rows], -1 = zero row
+    // Row addresses: each thread of the half resolves ONE row of the next tile
+    // (one page-table lookup and division, coalesced over the half) into a
+    // shared-memory table of element offsets, one tile ahead, so the copies of
+    // a tile never wait on page-table loads (page_size 1 runs as fast as
+    // larger pages this way; four dependent lookups per thread per pass did not).
+    int64_t* s_off = s_rows + half * 2 * N;  // [2 buffers][64 rows], -1 = zero row
     auto row_offset = [&](int i, int r, int64_t* off) -> bool {
       const int j = (rt.tile_begin + i) * N + r;
       int64_t v_off = 0;
@@ -201,14 +198,12 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       s_off[buf * N + (wtid & 63)] = row_offset(i, wtid & 63, &off) ? off : -1;
     };
     if (p.q_tma && wtid == 0) issue_q_tile(p, rt, sQ, &q_full);  // before the first page reads
-    if constexpr (Shape::kStagedRows) {
-      if (half < n_loads) stage_rows(half, 0);
-      named_barrier_sync(kBarProducer + half, 64);
-    }
+    if (half < n_loads) stage_rows(half, 0);
+    named_barrier_sync(kBarProducer + half, 64);
     for (int i = half; i < n_loads; i += 2) {
       const int use = i >> 1;
       const int buf = use & 1;
-      if (Shape::kStagedRows && use >= 1) mbar_wait(&empty_bar[half], (use - 1) & 1);
+      if (use >= 1) mbar_wait(&empty_bar[half], (use - 1) & 1);
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const DT* src[4];
@@ -216,19 +211,11 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int r = rg + 8 * (4 * hh + k);
-          int64_t off = 0;
-          bool ok;
-          if constexpr (Shape::kStagedRows) {
-            off = s_off[buf * N + r];
-            ok = off >= 0;
-          } else {
-            ok = row_offset(i, r, &off);
-          }
+          const int64_t off = s_off[buf * N + r];
+          const bool ok = off >= 0;
           ok_bits |= static_cast<uint32_t>(ok) << k;
           src[k] = gk + (ok ? off : 0) + c * kChunkElems;
         }
-        if (!Shape::kStagedRows && hh == 0 && use >= 1)
-          mbar_wait(&empty_bar[half], (use - 1) & 1);
 #pragma unroll
         for (int b = 0; b < KB; ++b) {
 #pragma unroll
@@ -238,23 +225,11 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
           cp_async_commit();
         }
       }
-      if constexpr (!Shape::kStagedRows) {
-        // The next tile's page-table entries into L1 while these copies fly.
-        if (c == 0 && i + 2 < n_tiles) {
-#pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            const int j = (rt.tile_begin + i + 2) * N + rg + 8 * k;
-            if (j < rt.kv_len) loader.prefetch_row(j);
-          }
-        }
-      }
       publish_tile(full_bar[half]);
-      if constexpr (Shape::kStagedRows) {
-        // after publishing: its page-table load must not delay this tile
-        if (i + 2 < n_loads) stage_rows(i + 2, buf ^ 1);
-        // the next tile's offsets are in; this tile's table is read
-        named_barrier_sync(kBarProducer + half, 64);
-      }
+      // after publishing: its page-table load must not delay this tile
+      if (i + 2 < n_loads) stage_rows(i + 2, buf ^ 1);
+      // the next tile's offsets are in; this tile's table is read
+      named_barrier_sync(kBarProducer + half, 64);
     }
   } else {
     // ------------------------------------------------------------ consumers
@@ -290,9 +265,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     // An odd tile count's last pair is tile A alone and runs after the loop
     // (kTileB false): consumer 1 has no scores of its own (its maxima -inf)
     // and stores no P, both consumers' P V covers tile A only, and the
-    // producer copies no phantom tile B, where a zero-filled one used to cost
-    // a whole pair (the TMA kernel's c006b45, BENCHMARKS session 12). The
-    // terms dropped added exact zeros.
+    // producer copies no phantom tile B (a zero-filled one would cost a whole
+    // pair). The dropped terms would add exact zeros.
     const bool odd = (n_tiles & 1) != 0;
     const int n_full = n_pairs - (odd ? 1 : 0);
     auto run_pair = [&](int pair, auto tile_b) {
@@ -306,20 +280,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       float mx[2] = {-INFINITY, -INFINITY};
       if (own) {
         const uint32_t kt = k_addr0 + static_cast<uint32_t>(w) * Shape::kKTileBytes;
-        if constexpr (Shape::kPipelinedS) {
-          // Block by block as they land (kernels/sm90/mla_consumer.cuh).
-          constexpr int kOrder[9] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
-          issue_scores<DT, 0, KB>(s, full_bar[w], parity, true, q_addr, q_rope, kt, kOrder);
-        } else {
-          // The whole tile first, then one group of 36 wgmmas.
-#pragma unroll 1
-          for (int b = 0; b < KB; ++b) mbar_wait(&full_bar[w][b], parity);
-          fence_regs(s);
-          wgmma_fence();
-#pragma unroll
-          for (int b = 0; b < KB; ++b) issue_scores_block<DT>(s, q_addr, q_rope, kt, b, b == 0);
-          wgmma_commit();
-        }
+        // Block by block as they land (kernels/sm90/mla_consumer.cuh).
+        constexpr int kOrder[9] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+        issue_scores<DT, 0, KB>(s, full_bar[w], parity, true, q_addr, q_rope, kt, kOrder);
         wgmma_wait<0>();
         fence_regs(s);
         mask_scores<N>(s, p, rc, rmask, my_row, t4, 2 * pair + w, mx);

@@ -170,7 +170,7 @@ int main(void) {
   /* The configuration tags: comma-separated, the plan's first and last among them. */
   {
     const char* tags = va_config_tags();
-    if (tags != NULL && strncmp(tags, "mla_m64n32_s2,", 14) == 0 && strstr(tags, ",mla_wgmma_seesaw_tma") &&
+    if (tags != NULL && strncmp(tags, "mla_m32n32_s1,", 14) == 0 && strstr(tags, ",mla_wgmma_seesaw_tma") &&
         strstr(tags, ",,") == NULL) {
       ++g_passed;
     } else {

@@ -108,12 +108,18 @@ int main() {
     CHECK(path(mla, sm120).rfind("mma_sync_", 0) == 0, "MLA on sm_120: %s", plan.name);
     CHECK(path(mla, sm100).rfind("mma_sync_", 0) == 0, "MLA on sm_100: %s", plan.name);
     CHECK(path(gqa, sm90).rfind("mma_sync_", 0) == 0, "GQA on sm_90: %s", plan.name);
-    setenv("VERIFY_ATTN_FORCE_CONFIG", "mla_wgmma_m64n64_pipe", 1);
+    setenv("VERIFY_ATTN_FORCE_CONFIG", "mla_wgmma_m64n64_pipe_rows", 1);
     CHECK(path(mla, sm120).rfind("mma_sync_", 0) == 0, "forced wgmma on sm_120: %s", plan.name);
-    setenv("VERIFY_ATTN_FORCE_CONFIG", "mla_m64n32_w8_s2", 1);
-    CHECK(path(mla, sm90) == "mma_sync_fp16_mla_m64n32_w8_s2" ||
-              path(mla, sm90) == "mma_sync_bf16_mla_m64n32_w8_s2",
+    setenv("VERIFY_ATTN_FORCE_CONFIG", "mla_m32n32_s1", 1);
+    CHECK(path(mla, sm90) == "mma_sync_fp16_mla_m32n32_s1" ||
+              path(mla, sm90) == "mma_sync_bf16_mla_m32n32_s1",
           "forced mma.sync on sm_90: %s", plan.name);
+    setenv("VERIFY_ATTN_FORCE_CONFIG", "gqa_d128_m64n64_s2", 1);
+    CHECK(path(mla, sm90).rfind("wgmma_", 0) == 0 || !sm90a,
+          "a GQA tag does not serve MLA: %s", plan.name);
+    setenv("VERIFY_ATTN_FORCE_CONFIG", "gqa_d256_m64n32_s1", 1);
+    CHECK(path(gqa, sm90).find("gqa_d128_m64n64_s2") != std::string::npos,
+          "a D256 tag does not serve D128: %s", plan.name);
     unsetenv("VERIFY_ATTN_FORCE_CONFIG");
   }
   // MLA on sm_90: paged caches the copy engine can read (page_size % 64 == 0,
@@ -189,7 +195,7 @@ int main() {
       q.num_pages = 64000;
       q.kv_slot_runs = 64;
       CHECK(name(q, sm90) == tma_rows, "page_size 1, kv_slot_runs 64: %s", plan.name);
-      q.max_kv_len = 100;  // short KV too (BENCHMARKS.md session 20: no bound since)
+      q.max_kv_len = 100;  // short KV too
       CHECK(name(q, sm90) == tma_rows, "page_size 1, kv_slot_runs 64, max_kv_len 100: %s", plan.name);
       q.max_kv_len = p.max_kv_len;
       q.kv_slot_runs = 128;
@@ -254,6 +260,52 @@ int main() {
     }
     CHECK(name(p, sm120).rfind("mma_sync_", 0) == 0, "page_size 64 on sm_120: %s", plan.name);
   }
+  // Every compiled configuration is planned by some (arch, layout, shape)
+  // rule: walk the plan over both target archs, every KV layout class and
+  // every head-dim family, and require each configuration to come up (the
+  // sm_90a ones only in a build with an sm_90a image). Prints the rules.
+  {
+    const bool sm90a = std::string(va_compiled_archs()).find("sm_90a") != std::string::npos;
+    struct Layout { const char* name; int kv_layout, page_size, slot_runs; };
+    const Layout layouts[] = {{"flat", VA_KV_FLAT, 0, 0},         {"page 1", VA_KV_PAGED, 1, 0},
+                              {"page 1 runs 64", VA_KV_PAGED, 1, 64}, {"page 16", VA_KV_PAGED, 16, 0},
+                              {"page 64", VA_KV_PAGED, 64, 0}};
+    struct Kind { bool mla; int d, hq, hkv; };
+    const Kind kinds[] = {{true, 576, 16, 1}, {false, 64, 8, 8}, {false, 128, 32, 4},
+                          {false, 256, 16, 2}};
+    std::set<int> planned;
+    std::printf("%-6s %-15s %-5s | %s\n", "arch", "layout", "D", "plan");
+    for (const va::DeviceInfo& dev : {sm90, sm120}) {
+      for (const Layout& l : layouts) {
+        for (const Kind& k : kinds) {
+          va_params p = shape(k.mla, k.d, k.hq, k.hkv, 2, 16, 4096);
+          const int64_t row = k.mla ? 576 : int64_t{k.hkv} * k.d;
+          p.kv_layout = l.kv_layout;
+          p.k = reinterpret_cast<const void*>(uintptr_t{1} << 20);
+          p.k_stride_token = row;
+          if (l.kv_layout == VA_KV_FLAT) {
+            p.num_kv_rows = 70000;
+          } else {
+            p.page_size = l.page_size;
+            p.num_pages = 70000 / l.page_size;
+            p.k_stride_page = l.page_size * row;
+            p.kv_slot_runs = l.slot_runs;
+          }
+          va::Plan plan;
+          const va_status st = va::make_plan(p, dev, &plan);
+          CHECK(st == VA_OK, "walk sm_%d %s D%d: %s", dev.sm_arch, l.name, k.d, va_last_error_message());
+          if (st != VA_OK) continue;
+          planned.insert(plan.config);
+          std::printf("sm_%-3d %-15s %-5d | %s\n", dev.sm_arch, l.name, k.mla ? 576 : k.d, plan.name);
+        }
+      }
+    }
+    for (int id = 0; id < va::kNumConfigs; ++id) {
+      const va::ConfigDesc& d = va::config_desc(static_cast<va::ConfigId>(id));
+      if (d.wgmma && !sm90a) continue;  // no sm_90a image: its kernels are stubs, never planned
+      CHECK(planned.count(id) == 1, "configuration %s is compiled but no rule plans it", d.tag);
+    }
+  }
   // Forced splits are honoured; no device smem small enough fails cleanly.
   {
     va_params p = shape(true, 576, 16, 1, 1, 16, 4096);
@@ -268,12 +320,12 @@ int main() {
   {
     va_params p = shape(true, 576, 16, 1, 1, 16, 4096);
     va::Plan plan;
-    setenv("VERIFY_ATTN_FORCE_CONFIG", "mla_m64n32_w8_s3", 1);
+    setenv("VERIFY_ATTN_FORCE_CONFIG", "mla_m32n32_s3", 1);
     CHECK(va::make_plan(p, sm90, &plan) == VA_ERR_INVALID_VALUE, "unknown forced tag must fail");
     const std::string msg = va_last_error_message();
     CHECK(msg.find("VERIFY_ATTN_FORCE_CONFIG") != std::string::npos &&
-              msg.find("'mla_m64n32_w8_s3'") != std::string::npos &&
-              msg.find("mla_m64n32_w8_s2") != std::string::npos,
+              msg.find("'mla_m32n32_s3'") != std::string::npos &&
+              msg.find("mla_m32n32_s1") != std::string::npos,
           "unknown forced tag message: %s", msg.c_str());
     setenv("VERIFY_ATTN_FORCE_CONFIG", "", 1);
     CHECK(va::make_plan(p, sm90, &plan) == VA_OK, "empty forced tag: %s", va_last_error_message());
@@ -476,15 +528,14 @@ int main() {
     }
     std::printf("work list checked on %d random length mixes\n", mixes);
   }
-  // Split choice avoids a partial last wave (H200 figures in plan.cc).
+  // Split choice avoids a partial last wave.
   CHECK(va::choose_splits(16, 1026, 132, 1) == 8, "B1 H16 T64 L32k: 8 splits (one wave)");
   CHECK(va::choose_splits(128, 129, 132, 1) == 1, "128 CTAs already fill the GPU");
   CHECK(va::choose_splits(1, 3, 132, 1) == 1, "too few tiles to split");
-  // The sm_90a kernels' tile pairs (granule 2) and their cost model (H200,
-  // session 25, plan.cc): B1 H16 T16 L4k 19.4 us with 17 splits of 2 pairs,
-  // 21.3 / 21.5 / 22.0 / 20.6 us with 11 / 13 / 16 / 22 (shares of 6 / 5 / 5 /
-  // 3 tiles, an odd share costing its whole last pair); B1 H16 T16 L32k 48.2
-  // us with 29 splits (116 CTAs), 50.2 with 33 (132).
+  // The sm_90a kernels' tile pairs (granule 2) and their cost model
+  // (kernels/plan.cc): an odd share costs its whole last pair, and a split grid
+  // counts its waves over 97% of the SMs (these counts ran fastest among the
+  // forced ones on the H200).
   CHECK(va::choose_splits(4, 65, 132, 1, 2) == 17, "B1 H16 T16 L4k: 17 splits of 2 pairs");
   CHECK(va::choose_splits(4, 513, 132, 1, 2) == 29,
         "B1 H16 T16 L32k: 29 splits (116 CTAs), not 33 (132: every SM)");

@@ -27,7 +27,7 @@ def test_extension_imports_and_reports_build():
     assert set(info["compiled_archs"]) <= {"sm_90a", "sm_120a"}
     assert info["compiled_archs"], info
     tags = info["config_tags"]  # the plan's table (va_config_tags)
-    assert tags[0] == "mla_m64n32_s2" and "mla_wgmma_seesaw_tma" in tags and len(set(tags)) == len(tags), tags
+    assert tags[0] == "mla_m32n32_s1" and "mla_wgmma_seesaw_tma" in tags and len(set(tags)) == len(tags), tags
 
 
 def _has_gpu():
