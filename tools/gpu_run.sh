@@ -9,7 +9,7 @@
 #   run(command="bash tools/gpu_run.sh device", carry=[".gpu_stage"])
 # .gpu_stage/ is git-ignored and stays far under the 64 MiB carry limit.
 # Environment (device): SKIP_SGLANG=1, PYTEST_ARGS (extra pytest args), PYTEST_TARGETS
-# (test paths, default python/tests), SKIP_BENCH=1,
+# (test paths, default python/tests, tools/bench/tests, tools/dev/tests), SKIP_BENCH=1,
 # SKIP_SANITIZER=1, SKIP_SOAK=1 (SOAK_LAUNCHES, default 10000),
 # SKIP_CHECK_COST=1, SANITIZERS (the compute-sanitizer tools to run, default
 # "memcheck racecheck initcheck synccheck"). Logs go to $OUT when set, packed into $OUT/logs.tar.gz at the end
@@ -29,7 +29,7 @@ stage)
   chmod u+w "$STAGE"/*.whl
   # Baseline kernels for the bench (SGLang's Triton kernels, downloaded by
   # package name, never committed): into .gpu_stage/baselines/.
-  tools/fetch_baselines.sh
+  tools/bench/fetch_baselines.sh
   # Real draft trees on real activations (CPU, about 40 s), for the GPU test
   # and `bench --workload=real`.
   # Two of the three captured layers keep the carried folder under 64 MiB
@@ -39,7 +39,7 @@ stage)
   integration/sglang/stage.sh
   du -sh "$STAGE"
   ls -la "$STAGE"
-  # VERIFY_ATTN_STAGE_FLASHMLA=1 (tools/fetch_baselines.sh) adds FlashMLA's 9.4 MiB wheel:
+  # VERIFY_ATTN_STAGE_FLASHMLA=1 (tools/bench/fetch_baselines.sh) adds FlashMLA's 9.4 MiB wheel:
   # then the whole stage no longer fits the carry.
   stage_bytes="$(du -sb "$STAGE" | cut -f1)"
   if ((stage_bytes > 64 * 1048576)); then
@@ -74,13 +74,13 @@ device)
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee "$LOG/gpu.txt"
   (cd /tmp && "$PY" -c "import verify_attn, torch; print(verify_attn.__file__, verify_attn.runtime_info(), torch.__version__)")
   status=0
-  # Every test file: CPU tests run too (the no-device one skips itself).
+  # Every test file (python/tests and the tools' tests): CPU tests run too (the no-device one skips itself).
   # test_lossless needs the SmolLM2 model package (a CPU test, run by CI).
   (cd /tmp && "$PY" -m pytest -q -rs -p no:cacheprovider --ignore="$ROOT/python/tests/test_lossless.py" \
-      ${PYTEST_ARGS:-} ${PYTEST_TARGETS:-"$ROOT/python/tests"} \
+      ${PYTEST_ARGS:-} ${PYTEST_TARGETS:-"$ROOT/python/tests" "$ROOT/tools/bench/tests" "$ROOT/tools/dev/tests"} \
       2>&1 | tee "$LOG/pytest.log") || status=1
   (cd /tmp && "$PY" "$ROOT/examples/demo_paged_mla.py" 2>&1 | tee "$LOG/demo.log") || status=1
-  if [[ "${SKIP_SANITIZER:-0}" != 1 && -f "$ROOT/tools/sanitize_cases.py" ]]; then
+  if [[ "${SKIP_SANITIZER:-0}" != 1 && -f "$ROOT/tools/checks/sanitize_cases.py" ]]; then
     # PYTORCH_NO_CUDA_MEMORY_CACHING=1: every tensor its own cudaMalloc, so
     # memcheck sees a read past a tensor (the KV pool of the bad-index cases)
     # instead of a read inside the caching allocator's larger segment.
@@ -92,15 +92,15 @@ device)
     # initcheck runs the TMA kernel with its unsplit output stored from
     # registers (VERIFY_ATTN_O_TMA=0): initcheck does not see the copy engine's
     # stores, so every later read of a TMA-stored output row is reported as
-    # uninitialized (BENCHMARKS.md, session 13); memcheck / synccheck run the
-    # TMA stores.
+    # uninitialized (BENCHMARKS.md, "sm_90a path"); memcheck / synccheck run
+    # the TMA stores.
     for tool in ${SANITIZERS:-memcheck racecheck initcheck synccheck}; do
       force=""; o_tma=1
-      [[ "$tool" == racecheck ]] && force="mla_m64n32_w8_s2"
+      [[ "$tool" == racecheck ]] && force="mla_m32n32_s1"
       [[ "$tool" == initcheck ]] && o_tma=0
       (cd /tmp && VERIFY_ATTN_FORCE_CONFIG="$force" VERIFY_ATTN_O_TMA="$o_tma" PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
           compute-sanitizer --tool "$tool" --error-exitcode 3 \
-          "$PY" "$ROOT/tools/sanitize_cases.py" > "$LOG/sanitizer_$tool.full.log" 2>&1; rc=$?; \
+          "$PY" "$ROOT/tools/checks/sanitize_cases.py" > "$LOG/sanitizer_$tool.full.log" 2>&1; rc=$?; \
           grep -E "^(ok|FAIL|seed)" "$LOG/sanitizer_$tool.full.log"; \
           tail -n 5 "$LOG/sanitizer_$tool.full.log" | tee "$LOG/sanitizer_$tool.log"; exit $rc) || status=1
     done
@@ -110,21 +110,21 @@ device)
         "$PY" -m pytest -q -p no:cacheprovider "$ROOT/python/tests/test_errors_gpu.py" -k "not graph and not compile" \
         2>&1 | tail -n 8 | tee "$LOG/sanitizer_memcheck_errors_gpu.log") || status=1
   fi
-  if [[ "${SKIP_SOAK:-0}" != 1 && -f "$ROOT/tools/soak.py" ]]; then
+  if [[ "${SKIP_SOAK:-0}" != 1 && -f "$ROOT/tools/checks/soak.py" ]]; then
     # 10,000 launches (SOAK_LAUNCHES), random shapes/trees/page layouts, CUDA-graph
     # replays, sampled reference checks, memory before/after. About 2-4 minutes.
-    (cd /tmp && "$PY" "$ROOT/tools/soak.py" --launches "${SOAK_LAUNCHES:-10000}" --json "$LOG/soak.json" \
+    (cd /tmp && "$PY" "$ROOT/tools/checks/soak.py" --launches "${SOAK_LAUNCHES:-10000}" --json "$LOG/soak.json" \
         2>&1 | tee "$LOG/soak.log") || status=1
   fi
-  if [[ "${SKIP_CHECK_COST:-0}" != 1 && -f "$ROOT/tools/check_cost.py" ]]; then
+  if [[ "${SKIP_CHECK_COST:-0}" != 1 && -f "$ROOT/tools/dev/check_cost.py" ]]; then
     # Cost of the device-side error word: paged kernel with error_word vs NULL.
-    (cd /tmp && "$PY" "$ROOT/tools/check_cost.py" --json "$LOG/check_cost.json" \
+    (cd /tmp && "$PY" "$ROOT/tools/dev/check_cost.py" --json "$LOG/check_cost.json" \
         2>&1 | tee "$LOG/check_cost.log") || status=1
   fi
-  if [[ "${SKIP_BENCH:-0}" != 1 && -f "$ROOT/tools/bench.py" ]]; then
-    (cd /tmp && "$PY" "$ROOT/tools/bench.py" ${BENCH_ARGS:-} 2>&1 | tee "$LOG/bench.log") || status=1
+  if [[ "${SKIP_BENCH:-0}" != 1 && -f "$ROOT/tools/bench/bench.py" ]]; then
+    (cd /tmp && "$PY" "$ROOT/tools/bench/bench.py" ${BENCH_ARGS:-} 2>&1 | tee "$LOG/bench.log") || status=1
     if [[ -n "${VERIFY_ATTN_REAL_FIXTURE:-}" && "${SKIP_REAL_BENCH:-0}" != 1 ]]; then
-      (cd /tmp && "$PY" "$ROOT/tools/bench.py" --workload=real --json_out="$LOG/bench_real.json" \
+      (cd /tmp && "$PY" "$ROOT/tools/bench/bench.py" --workload=real --json_out="$LOG/bench_real.json" \
           --flex=none 2>&1 | tee "$LOG/bench_real.log") || status=1
     fi
   fi

@@ -1,68 +1,98 @@
-"""GPU tests: the kernels against the float64 PyTorch reference.
+"""GPU tests of one contract: attention equals the float64 PyTorch reference, on
+every kernel path.
 
-A pairwise covering set (every pair of values of the dimensions below appears in
-at least one case) of about 70 cases over: model (MLA with H 1/16/128; GQA with
-head_dim 64/128/256 and groups 1/3/4/8), longest q_len (1, 16, 64, 257, 1024),
-longest prefix (0, 1, 100, 4096, 40000), KV layout (flat, paged with page
-size 1/16/64 and randomly permuted pages), batch (1, 3, 8, 32; ragged, with a
-q_len-0 request when B > 1), mask (chain, star, deep, random, DDTree-like
-best-first, non-topological, causal mode), dtype (bf16, fp16), num_splits
-(auto, 1, 3). Cases whose reference would be too large are excluded (big
-prefixes only at small batch / few heads). Each case further varies, by its
-index: NaN-poisoned preallocated out/lse, strided views (q, out, lse, MLA v as
-k[..., :512], uint32 mask), NaN in KV slots that must not be read, host bounds
-given exactly / loosely / computed, a kv_indptr starting at an offset, 3-D
-caches, logit scale.
+The problems, the run (outputs NaN-poisoned before the launch), the reference
+call, the tolerance check and the kernel-path selection are verify_attn.testing's
+(make_problem, run, reference, check, kernel_path). Pass: ||out - ref|| / ||ref||
+< 1e-2 for the batch and for each request, all outputs finite, LSE within 1e-2
+(natural log). Run with ``-s`` to see each case's error and the worst relative
+error per layout.
 
-Inputs are random with a fresh seed per case, printed on failure (set
-VERIFY_ATTN_TEST_SEED to replay one). Pass: ||out - ref|| / ||ref|| < 1e-2 for
-the case and for each request, all outputs finite, LSE within 1e-2 (natural log).
-Run with ``-s`` to see each case's error and the worst relative error per layout.
+The covering set: a pairwise covering set (every pair of values of the
+dimensions below appears in at least one case) of about 70 cases over: model
+(MLA with H 1/16/128; GQA with head_dim 64/128/256 and groups 1/3/4/8), longest
+q_len (1, 16, 64, 257, 1024), longest prefix (0, 1, 100, 4096, 40000), KV layout
+(flat, paged with page size 1/16/64 and randomly permuted pages), batch (1, 3,
+8, 32; ragged, with a q_len-0 request when B > 1), mask (chain, star, deep,
+random, DDTree-like best-first, non-topological, causal mode), dtype (bf16,
+fp16), num_splits (auto, 1, 3). Cases whose reference would be too large are
+excluded (big prefixes only at small batch / few heads). Each case further
+varies, by its index: NaN-poisoned preallocated out/lse, strided views (q, out,
+lse, MLA v as k[..., :512], uint32 mask), NaN in KV slots that must not be read,
+host bounds given exactly / loosely / computed, a kv_indptr starting at an
+offset, 3-D caches, logit scale. Every MLA case runs on three kernel paths: the
+plan's choice, the portable mma.sync kernel (sm_120's configuration, forced) and,
+on sm_90, the wgmma kernel whose producer copies K by cp.async (forced on every
+layout, TMA ones included). Inputs are random with a fresh seed per case,
+printed on failure (set VERIFY_ATTN_TEST_SEED to replay one).
+
+The sm_90a MLA kernel paths (tests marked SM90A: sm_90 only, a planned TMA
+kernel must run as planned, nothing may be left in the device error word), each
+selected by its cache layout (MLA_LAYOUTS):
+
+* the TMA kernel (kernels/sm90/mla_seesaw_kernel.cuh), which the plan picks for
+  paged caches with page_size a multiple of 64 and for flat caches: ragged
+  kv_len (a request's last tile is partial: the copy engine brings the page's
+  rows past kv_len too, which the consumers zero before their P V), random
+  trees, scattered pages, every slot the requests do not own NaN; a padded
+  cache (token stride wider than the row) read through the tensor map's
+  strides; the Q tile by TMA and by cp.async (VERIFY_ATTN_Q_TMA=0, or a head
+  count the Q map cannot box) over several q layouts; the unsplit output tile by
+  TMA stores and from registers (VERIFY_ATTN_O_TMA=0), bit for bit;
+* the rows map (kernels/sm90/tma_host.h encode_k_rows_tmap, configuration
+  mla_wgmma_seesaw_tma_rows): page_size 1 caches whose token slots come in runs,
+  with the ``kv_slot_runs`` hint (a multiple of 64: SGLang's token slots of a
+  ``--page-size 64`` pool): a tile whose rows below kv_len are 64 consecutive
+  cache rows is boxed, any other gathered by the producer
+  (kernels/sm90/mla_tma_producer.cuh); runs of 64, runs broken inside a tile,
+  runs not aligned to a tile, scattered slots, padded caches, 16 / 64 / 128
+  heads, the fallback when the map is refused (VERIFY_ATTN_K_ROWS_TMA=0); flat
+  MLA caches take the TMA kernel with the same map;
+* the cp.async kernel (mla_wgmma_m64n64_pipe_rows): page sizes below 64, and
+  page_size 1 without the hint;
+* the instances that skip invisible draft tiles (plan names ending in ``_skip``,
+  more than 256 drafts; kernels/core/request.cuh ``kv_tile``): masks that leave
+  whole draft tiles invisible in the middle of a row tile's range, see a draft
+  past every skipped tile, see no draft at all, see every draft before them, or
+  follow random and DDTree-like trees; prefixes ending inside a tile, on a tile
+  boundary, and empty; page 64, runs and gathered slots with the hint, flat, and
+  page 1 without the hint (the cp.async kernel, which visits every tile up to
+  the last visible one); that the skipped tiles are not read at all: their KV
+  rows hold NaN;
+* the early release of stage 0's blocks 0-3 (VERIFY_ATTN_EARLY_A0) and the
+  launch grid's two orders (VERIFY_ATTN_GRID_ORDER).
+
+Launches captured in CUDA graphs, compiled by torch.compile or chained under
+programmatic dependent launch: test_launch_modes_gpu.py. Bad device inputs:
+test_errors_gpu.py.
 """
 
 import itertools
-import math
-import os
 import random
 
 import pytest
 import torch
 
 import verify_attn as va
-from verify_attn import masks
-from verify_attn.reference import reference_attention_flat, reference_attention_paged
+from verify_attn import masks, testing
+from verify_attn.testing import CP_ASYNC_MLA, MODELS, REL_TOL, TMA_MLA, TMA_ROWS_MLA, new_seed
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
+# conftest.py: sm_90 only, the "strict" kernel path, a clean device error word afterwards
+SM90A = pytest.mark.usefixtures("sm90_tma_env")
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
-REL_TOL = 1e-2
-LSE_ATOL = 1e-2
-LSE_RTOL = 1e-3
 
-
-def new_seed():
-    s = os.environ.get("VERIFY_ATTN_TEST_SEED")
-    return int(s) if s else random.SystemRandom().randrange(2**31)
+def _sm90():
+    return torch.cuda.get_device_capability() == (9, 0)
 
 
 # ---------------------------------------------------------------------------
 # the covering set of cases
 
-MODELS = {
-    # name: (mla, H, Hkv, d_qk, d_vo)
-    "mla_h1": (True, 1, 1, 576, 512),
-    "mla_h16": (True, 16, 1, 576, 512),
-    "mla_h128": (True, 128, 1, 576, 512),
-    "gqa_d64_g1": (False, 4, 4, 64, 64),
-    "gqa_d64_g8": (False, 16, 2, 64, 64),
-    "gqa_d128_g3": (False, 6, 2, 128, 128),
-    "gqa_d128_g4": (False, 16, 4, 128, 128),
-    "gqa_d128_g8": (False, 8, 1, 128, 128),
-    "gqa_d256_g1": (False, 2, 2, 256, 256),
-    "gqa_d256_g4": (False, 4, 1, 256, 256),
-}
 DIMS = [
     ("model", list(MODELS)),
     ("q_len", [1, 16, 64, 257, 1024]),
@@ -77,7 +107,7 @@ WORK_CAP = 4e8  # H * B * q_len * (prefix + q_len): bounds the float64 reference
 
 
 def _work(c):
-    return MODELS[c["model"]][1] * c["batch"] * c["q_len"] * (c["prefix"] + c["q_len"])
+    return MODELS[c["model"]].heads * c["batch"] * c["q_len"] * (c["prefix"] + c["q_len"])
 
 
 def _pairwise_cases(seed=20240601, max_cases=100, ncand=20):
@@ -152,195 +182,28 @@ def case_id(c):
             + ("-poisonkv" if c["poison_kv"] else "") + ("-prealloc" if c["prealloc"] else ""))
 
 
-# ---------------------------------------------------------------------------
-# building one problem
-
-
-def build_problem(c, seed, device):
-    """Random inputs for case c. Returns a dict with the API call's arguments and the reference's."""
+def build_problem(c, seed, device="cuda"):
+    """Case c's problem (verify_attn.testing.make_problem): ragged lengths, its layout, mask and knobs."""
     rng = random.Random(seed)
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    dgen = torch.Generator(device=device).manual_seed(seed)
-    mla, H, Hkv, d_qk, d_vo = MODELS[c["model"]]
-    dtype = torch.bfloat16 if c["dtype"] == "bf16" else torch.float16
-    B, qmax, P = c["batch"], c["q_len"], c["prefix"]
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=dgen, device=device).to(dtype)
-
-    q_lens = [qmax] + [rng.randint(1, qmax) for _ in range(B - 1)]
-    prefixes = [P] + [rng.randint(0, P) for _ in range(B - 1)]
-    if B > 1:
-        q_lens[rng.randrange(1, B)] = 0
-    order = list(range(B))
-    rng.shuffle(order)
-    q_lens = [q_lens[i] for i in order]
-    prefixes = [prefixes[i] for i in order]
-    kv_lens = [p + n for p, n in zip(prefixes, q_lens)]
-    qo = [0]
-    for n in q_lens:
-        qo.append(qo[-1] + n)
-    total_q = qo[-1]
-    qo_t = torch.tensor(qo, dtype=torch.int32, device=device)
-
-    # bounds
-    exact_q, exact_kv = max(q_lens), max(kv_lens)
-    if c["bounds"] == "computed":
-        max_q_len = max_kv_len = None
-        width_q = exact_q
-    elif c["bounds"] == "exact":
-        max_q_len, max_kv_len = exact_q, exact_kv
-        width_q = exact_q
-    else:
-        max_q_len = min(1024, 32 * ((exact_q + 31) // 32) + 5)
-        max_kv_len = 2 * exact_kv + 7
-        width_q = max_q_len
-
-    # mask
-    causal = c["mask"] == "causal"
-    tree_mask = None
-    if not causal:
-        parents = []
-        for n in q_lens:
-            parents += masks.random_parents(c["mask"], n, rng=rng)
-        tree_mask = masks.from_parents(
-            torch.tensor(parents, dtype=torch.int32, device=device), qo_t, max_q_len=width_q)
-        if c["views"] and hasattr(torch, "uint32"):
-            tree_mask = tree_mask.view(torch.uint32)
-
-    # q (optionally a strided view)
-    if c["views"]:
-        big = randn(total_q, H, d_qk + 64) * c["q_scale"]
-        q = big[..., :d_qk]
-    else:
-        q = randn(total_q, H, d_qk) * c["q_scale"]
-    q = q.to(dtype)
-
-    nan = float("nan")
-    layout = c["layout"]
-    a = dict(q=q, qo_indptr=qo_t, tree_mask=tree_mask, causal=causal, max_q_len=max_q_len,
-             max_kv_len=max_kv_len, sm_scale=c["sm_scale"], q_lens=q_lens, kv_lens=kv_lens,
-             layout=layout, mla=mla, H=H, d_vo=d_vo, dtype=dtype)
-    if layout == "flat":
-        off = rng.randint(1, 50) if c["kv_offset"] else 0
-        extra = 7
-        rows = off + sum(kv_lens) + extra
-        k = randn(rows, Hkv, d_qk)
-        v = None if mla else randn(rows, Hkv, d_vo)
-        if c["poison_kv"]:
-            for t in (k, v):
-                if t is not None:
-                    t[:off] = nan
-                    t[rows - extra:] = nan
-        kv = [off]
-        for n in kv_lens:
-            kv.append(kv[-1] + n)
-        a.update(k=k, v=v, kv_indptr=torch.tensor(kv, dtype=torch.int32, device=device))
-    else:
-        ps = int(layout[len("paged"):])
-        pages_per = [(n + ps - 1) // ps for n in kv_lens]
-        num_pages = sum(pages_per) + 5
-        perm = torch.randperm(num_pages, generator=gen).tolist()
-        fill = (lambda *s: torch.full(s, nan, dtype=dtype, device=device)) if c["poison_kv"] else randn
-        kc = fill(num_pages * ps, Hkv, d_qk)
-        vc = None if mla else fill(num_pages * ps, Hkv, d_vo)
-        indices, ind, slots = [], [0], []
-        nxt = 0
-        for i in range(B):
-            ids = perm[nxt: nxt + pages_per[i]]
-            nxt += pages_per[i]
-            indices += ids
-            ind.append(len(indices))
-            if kv_lens[i]:
-                j = torch.arange(kv_lens[i])
-                slots.append(torch.tensor(ids, dtype=torch.long)[j // ps] * ps + j % ps)
-        indices += [perm[-1]] * 3  # trailing, unused entries
-        if slots:
-            s = torch.cat(slots).to(device)
-            kc[s] = randn(s.numel(), Hkv, d_qk)
-            if vc is not None:
-                vc[s] = randn(s.numel(), Hkv, d_vo)
-        page_size = None
-        if c["cache3d"]:
-            page_size = ps
-        else:
-            kc = kc.reshape(num_pages, ps, Hkv, d_qk)
-            vc = None if vc is None else vc.reshape(num_pages, ps, Hkv, d_vo)
-        a.update(k=kc, v=vc, page_size=page_size,
-                 kv_indptr=torch.tensor(ind, dtype=torch.int32, device=device),
-                 kv_indices=torch.tensor(indices, dtype=torch.int32, device=device),
-                 kv_len=torch.tensor(kv_lens, dtype=torch.int32, device=device))
-    if mla and c["views"]:
-        a["v"] = a["k"][..., :d_vo]  # SGLang's MLA value view
-    return a
+    q_lens, prefixes = testing.ragged_lengths(rng, c["batch"], c["q_len"], c["prefix"])
+    flat = c["layout"] == "flat"
+    return testing.make_problem(
+        q_lens, prefixes, model=c["model"], dtype=DTYPES[c["dtype"]],
+        layout="flat" if flat else "paged", page_size=1 if flat else int(c["layout"][len("paged"):]),
+        spare_pages=5, unused_indices=3, cache_3d=c["cache3d"],
+        kv_offset=rng.randint(1, 50) if (flat and c["kv_offset"]) else 0, flat_spare_rows=7,
+        tree="causal" if c["mask"] == "causal" else c["mask"], mask_uint32=c["views"], bounds=c["bounds"],
+        q_layout="padded" if c["views"] else "contiguous", q_scale=c["q_scale"], poison=c["poison_kv"],
+        v_view=c["views"], sm_scale=c["sm_scale"], seed=seed, device=device)
 
 
-def call_api(a, *, out=None, lse=None, return_lse=True, num_splits=0, head_dim_vo=None):
-    kw = dict(tree_mask=a["tree_mask"], causal=a["causal"], sm_scale=a["sm_scale"],
-              max_q_len=a["max_q_len"], max_kv_len=a["max_kv_len"], return_lse=return_lse,
-              num_splits=num_splits, out=out, lse=lse, head_dim_vo=head_dim_vo)
-    if a["layout"] == "flat":
-        return va.tree_attention_flat(a["q"], a["k"], a["v"], a["qo_indptr"], a["kv_indptr"], **kw)
-    return va.tree_attention_paged(a["q"], a["k"], a["v"], a["qo_indptr"], a["kv_indptr"],
-                                   a["kv_indices"], a["kv_len"], page_size=a["page_size"], **kw)
+def _small_case(**over):
+    c = dict(model="mla_h16", q_len=40, prefix=300, layout="paged16", batch=3, mask="ddtree",
+             dtype="bf16", splits=0, idx=0, prealloc=False, return_lse=True, bounds="exact",
+             views=False, poison_kv=False, kv_offset=False, cache3d=False, q_scale=1.0, sm_scale=None)
+    c.update(over)
+    return c
 
-
-def plan_info_for(a, **kw):
-    """verify_attn.plan_info for problem `a` (its layout, mask and host bounds) plus kw."""
-    return va.plan_info(a["q"], a["k"], a["v"], a["qo_indptr"], a["kv_indptr"], a.get("kv_indices"),
-                        a.get("kv_len"), page_size=a.get("page_size"), tree_mask=a["tree_mask"],
-                        causal=a["causal"], max_q_len=a["max_q_len"], max_kv_len=a["max_kv_len"], **kw)
-
-
-def call_reference(a):
-    kw = dict(tree_mask=a["tree_mask"], causal=a["causal"], sm_scale=a["sm_scale"],
-              head_dim_vo=a["d_vo"] if a["mla"] else None)
-    if a["layout"] == "flat":
-        return reference_attention_flat(a["q"], a["k"], a["v"], a["qo_indptr"], a["kv_indptr"], **kw)
-    return reference_attention_paged(a["q"], a["k"], a["v"], a["qo_indptr"], a["kv_indptr"],
-                                     a["kv_indices"], a["kv_len"], page_size=a["page_size"], **kw)
-
-
-def rel_err(x, ref):
-    x = x.double()
-    den = ref.norm()
-    if den == 0:
-        return float((x - ref).norm())
-    return float((x - ref).norm() / den)
-
-
-def check_against_reference(a, out, lse, label):
-    """Returns (case rel err, worst per-request rel err, lse max abs err); asserts the tolerances."""
-    ref_out, ref_lse = call_reference(a)
-    total_q, H = a["q"].shape[0], a["H"]
-    assert out.shape == (total_q, H, a["d_vo"]) and out.dtype == a["dtype"], label
-    finite = bool(torch.isfinite(out).all())
-    err = rel_err(out, ref_out)
-    worst_req = 0.0
-    s = 0
-    for n in a["q_lens"]:
-        if n:
-            worst_req = max(worst_req, rel_err(out[s:s + n], ref_out[s:s + n]))
-        s += n
-    lse_err = 0.0
-    if lse is not None:
-        assert lse.shape == (total_q, H) and lse.dtype == torch.float32, label
-        finite = finite and bool(torch.isfinite(lse).all())
-        d = (lse.double() - ref_lse).abs()
-        lse_err = float(d.max()) if d.numel() else 0.0
-        tol_ok = bool((d <= LSE_ATOL + LSE_RTOL * ref_lse.abs()).all())
-    else:
-        tol_ok = True
-    msg = f"{label}: rel_err={err:.3e} worst_request={worst_req:.3e} lse_err={lse_err:.3e} finite={finite}"
-    print(msg)
-    assert finite, "non-finite output (unwritten or NaN-poisoned memory read): " + msg
-    assert err < REL_TOL and worst_req < REL_TOL, msg
-    assert tol_ok, "lse out of tolerance: " + msg
-    return err, worst_req, lse_err
-
-
-# ---------------------------------------------------------------------------
-# the matrix
 
 WORST = {}
 
@@ -356,24 +219,17 @@ def _report_worst():
 
 
 def run_case(c, seed, device="cuda"):
-    a = build_problem(c, seed, device)
+    """Case c on the kernel path in force, checked (testing.check); the larger of its errors."""
+    p = build_problem(c, seed, device)
     label = f"[{case_id(c)} seed={seed}]"
-    total_q, H, d_vo = a["q"].shape[0], a["H"], a["d_vo"]
     return_lse = c["return_lse"]
     out = lse = None
-    out_big = lse_big = None
     if c["prealloc"]:
-        nan = float("nan")
-        if c["views"]:
-            out_big = torch.full((total_q, H, d_vo + 8), nan, dtype=a["dtype"], device=device)
-            out = out_big[..., :d_vo]
-            lse_big = torch.full((total_q, H + 3), nan, dtype=torch.float32, device=device)
-            lse = lse_big[:, :H] if return_lse else None
-        else:
-            out = torch.full((total_q, H, d_vo), nan, dtype=a["dtype"], device=device)
-            lse = torch.full((total_q, H), nan, dtype=torch.float32, device=device) if return_lse else None
-    head_dim_vo = d_vo if (a["mla"] and c["idx"] % 2 == 0) else None  # MLA default is 512
-    res = call_api(a, out=out, lse=lse, return_lse=return_lse, num_splits=c["splits"], head_dim_vo=head_dim_vo)
+        out, lse = testing.poisoned_outputs(p, layout="padded" if c["views"] else "contiguous",
+                                            return_lse=return_lse)
+    head_dim_vo = p.d_vo if (p.mla and c["idx"] % 2 == 0) else None  # MLA default is 512
+    res = testing.call(p, out=out, lse=lse, return_lse=return_lse, num_splits=c["splits"],
+                       head_dim_vo=head_dim_vo)
     if return_lse:
         o, l = res
     else:
@@ -385,47 +241,41 @@ def run_case(c, seed, device="cuda"):
         assert l.data_ptr() == lse.data_ptr(), label + " lse= was not used"
     if device == "cuda":
         torch.cuda.synchronize()
-    err, worst_req, _ = check_against_reference(a, o, l, label)
-    if out_big is not None:
-        assert torch.isnan(out_big[..., d_vo:]).all(), label + " wrote outside out's view"
+    err, worst_req, _ = testing.check(p, o, l, label=label, lse_rtol=testing.LSE_RTOL)
+    if out is not None and c["views"]:
+        assert testing.nan_outside_view(out), label + " wrote outside out's view"
         if lse is not None:
-            assert torch.isnan(lse_big[:, H:]).all(), label + " wrote outside lse's view"
+            assert testing.nan_outside_view(lse), label + " wrote outside lse's view"
     return max(err, worst_req)
 
 
-# MLA runs on two kernel paths on sm_90: the wgmma path the plan picks there
-# (kernels/sm90/mla_wgmma_kernel.cuh) and the portable mma.sync path (the one
-# sm_120 runs), forced through the plan's tuning knob. Every MLA case runs on
-# both; test_mla_path_pinned checks which one ran.
-MMA_SYNC_MLA = "mla_m64n32_w8_s2"
-# The wgmma kernel's other producer (per-thread page lookups instead of the
-# staged row table; opt-in config, never chosen by the plan) on every MLA case.
-WGMMA_LOOKUP_MLA = "mla_wgmma_m64n64_pipe"
-CASE_PATHS = ([(c, "auto") for c in CASES] + [(c, "mma_sync") for c in CASES if MODELS[c["model"]][0]]
-              + [(c, "wgmma_lookup") for c in CASES if MODELS[c["model"]][0]])
+# MLA runs on three kernel paths on sm_90 (testing.PATHS): the one the plan picks
+# there (the wgmma kernels, kernels/sm90/), the portable mma.sync path (the one
+# sm_120 runs; "mma_sync"), forced through the plan's tuning knob, and the wgmma
+# kernel whose producer copies K by cp.async through a staged row table
+# ("cp_async", mla_wgmma_m64n64_pipe_rows, which the plan picks for page sizes
+# below 64), forced onto every layout. test_mla_path_pinned checks which one ran.
+CASE_PATHS = ([(c, "auto") for c in CASES] + [(c, "mma_sync") for c in CASES if MODELS[c["model"]].mla]
+              + [(c, "cp_async") for c in CASES if MODELS[c["model"]].mla])
 
 
 def expected_path(mla, forced_mma_sync=False):
-    sm90 = torch.cuda.get_device_capability() == (9, 0)
-    return "wgmma_" if (mla and sm90 and not forced_mma_sync) else "mma_sync_"
+    return "wgmma_" if (mla and _sm90() and not forced_mma_sync) else "mma_sync_"
 
 
 @pytest.mark.parametrize("case,path", CASE_PATHS, ids=[f"{case_id(c)}-{p}" for c, p in CASE_PATHS])
-def test_kernel_matches_reference(case, path, monkeypatch):
-    if path == "mma_sync":
-        monkeypatch.setenv("VERIFY_ATTN_FORCE_CONFIG", MMA_SYNC_MLA)
-    if path == "wgmma_lookup":
-        if torch.cuda.get_device_capability() != (9, 0):
-            pytest.skip("the wgmma path is sm_90 only")
-        monkeypatch.setenv("VERIFY_ATTN_FORCE_CONFIG", WGMMA_LOOKUP_MLA)
-        a = build_problem(case, 0, "cuda")
-        info = plan_info_for(a)
-        assert info["name"].endswith(WGMMA_LOOKUP_MLA), info
+def test_kernel_matches_reference(case, path, kernel_path):
+    if path == "cp_async" and not _sm90():
+        pytest.skip("the wgmma path is sm_90 only")
+    kernel_path(path)
+    if path == "cp_async":
+        info = testing.plan_info(build_problem(case, 0, "cuda"))
+        assert info["name"].endswith(CP_ASYNC_MLA), info
     seed = new_seed()
     err = run_case(case, seed)
     key = case["layout"] + {"auto": "", "mma_sync": " (mla on mma.sync)",
-                            "wgmma_lookup": " (mla on wgmma, page lookups)"}[path]
-    if MODELS[case["model"]][0] and path == "auto":
+                            "cp_async": " (mla on wgmma, cp.async)"}[path]
+    if MODELS[case["model"]].mla and path == "auto":
         key += f" (mla on {expected_path(True).rstrip('_')})"
     if err >= WORST.get(key, (-1.0, ""))[0]:
         WORST[key] = (err, f"{case_id(case)} seed={seed}")
@@ -433,22 +283,372 @@ def test_kernel_matches_reference(case, path, monkeypatch):
 
 @pytest.mark.parametrize("forced", [False, True])
 @pytest.mark.parametrize("layout", ["flat", "paged1", "paged16", "paged64"])
-def test_mla_path_pinned(forced, layout, monkeypatch):
+def test_mla_path_pinned(forced, layout, kernel_path):
     """Which MLA kernel runs: wgmma on sm_90 unless forced (the TMA kernel on page_size 64 and
     flat caches, the cp.async one otherwise), mma.sync elsewhere; all correct."""
     if forced:
-        monkeypatch.setenv("VERIFY_ATTN_FORCE_CONFIG", MMA_SYNC_MLA)
+        kernel_path("mma_sync")
     c = _small_case(layout=layout, q_len=70, prefix=1000, batch=2)
     seed = new_seed()
-    a = build_problem(c, seed, "cuda")
-    info = plan_info_for(a, return_lse=True)
+    p = build_problem(c, seed, "cuda")
+    info = testing.plan_info(p, return_lse=True)
     print(f"[path {layout} forced={forced}] {info['name']} splits={info['num_splits']}")
     assert info["name"].startswith(expected_path(True, forced)), info
     if expected_path(True, forced) == "wgmma_":
         tma = layout in ("paged64", "flat")
-        assert info["name"].endswith("mla_wgmma_seesaw_tma" if tma else "mla_wgmma_m64n64_pipe_rows"), info
+        assert info["name"].endswith(TMA_MLA if tma else CP_ASYNC_MLA), info
     err = run_case(c, seed)
-    assert err < 1e-2
+    assert err < REL_TOL
+
+
+# ---------------------------------------------------------------------------
+# the sm_90a MLA kernel paths, by the cache layout that selects them
+
+KINDS = ["runs", "broken", "scattered", "runs", "shifted"]  # token-slot layouts of five requests
+MLA_LAYOUTS = {
+    # name: (testing.make_problem arguments, the configuration the plan picks on sm_90a)
+    "page64": (dict(page_size=64), TMA_MLA),
+    "page128": (dict(page_size=128), TMA_MLA),
+    "flat": (dict(layout="flat"), TMA_MLA),
+    "runs": (dict(page_size=1, slots="runs", cache_3d=True, kv_slot_runs=64), TMA_ROWS_MLA),
+    "slots": (dict(page_size=1, slots=KINDS, cache_3d=True, kv_slot_runs=64), TMA_ROWS_MLA),
+    "gather": (dict(page_size=1, slots="shuffled", cache_3d=True, kv_slot_runs=64), TMA_ROWS_MLA),
+    "page1": (dict(page_size=1), CP_ASYNC_MLA),
+    "page16": (dict(page_size=16), CP_ASYNC_MLA),
+    "runs_no_hint": (dict(page_size=1, slots="runs", cache_3d=True), CP_ASYNC_MLA),
+    "slots_no_hint": (dict(page_size=1, slots=KINDS, cache_3d=True), CP_ASYNC_MLA),
+}
+Q_LENS, PREFIXES = [5, 16, 3, 64, 7], [40, 700, 129, 1000, 300]
+
+
+def mla_problem(layout, q_lens, prefixes, *, seed, **kw):
+    """An MLA problem (16 heads, random trees, every unowned cache slot NaN) in layout
+    MLA_LAYOUTS[layout]; kw replace make_problem's arguments."""
+    args = dict(model="mla_h16", layout="paged", seed=seed)
+    args.update(MLA_LAYOUTS[layout][0])
+    args.update(kw)
+    return testing.make_problem(q_lens, prefixes, **args)
+
+
+def assert_plan(p, layout, suffix="", **kw):
+    name = testing.plan_info(p, **kw)["name"]
+    assert name.endswith(MLA_LAYOUTS[layout][1] + suffix), name
+    return name
+
+
+@SM90A
+@pytest.mark.parametrize("splits", [0, 1, 3], ids=["splits0", "splits1", "splits3"])
+@pytest.mark.parametrize("seed", [0, 1], ids=["seed0", "seed1"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("layout", ["page64", "page128", "slots", "slots_no_hint"])
+def test_mla_kernel_paths_match_reference(layout, dtype, seed, splits):
+    """Five ragged requests with random trees, every slot they do not own NaN, NaN-poisoned
+    outputs: the TMA kernel (page_size 64 and 128; the copy engine brings a page's rows past
+    kv_len, which the consumers must zero), the rows map (token slots in runs, broken runs,
+    scattered slots and shifted runs with kv_slot_runs=64: tiles of consecutive slots boxed,
+    the others gathered by its producer; rows past kv_len in a boxed tile are the cache's next
+    rows, NaN here) and the cp.async kernel (the same slots without the hint); the plan's
+    choice pinned. The rows map's output also matches the cp.async kernel's on the same slots."""
+    p = mla_problem(layout, Q_LENS, PREFIXES, seed=seed, dtype=dtype)
+    assert_plan(p, layout, num_splits=splits)
+    out, lse = testing.run(p, num_splits=splits)
+    testing.check(p, out, lse, label=f"[{layout} seed={seed} splits={splits}]")
+    if layout == "slots":
+        out1, _ = testing.run(p, num_splits=splits, kv_slot_runs=1)  # no hint: the cp.async kernel
+        assert testing.rel_err(out, out1) < REL_TOL
+
+
+@SM90A
+def test_tma_causal_chain_matches_reference():
+    p = mla_problem("page64", [8, 33], [200, 61], seed=5, tree="causal")
+    assert_plan(p, "page64")
+    out, lse = testing.run(p)
+    testing.check(p, out, lse)
+
+
+@SM90A
+def test_small_pages_take_the_gather_kernel():
+    """page_size 16: a tile spans four pages, no tensor-map box fits; the cp.async kernel runs."""
+    p = mla_problem("page16", [4, 9], [100, 37], seed=4)
+    assert_plan(p, "page16")
+    out, lse = testing.run(p)
+    testing.check(p, out, lse)
+
+
+@SM90A
+def test_forcing_tma_on_small_pages_keeps_the_plan():
+    """The tuning knob cannot put the TMA kernel on a cache it cannot read."""
+    p = mla_problem("page16", [3], [50], seed=7)
+    with testing.kernel_path(config=TMA_MLA):
+        assert_plan(p, "page16")
+
+
+@SM90A
+def test_tma_padded_cache_strides():
+    """A cache whose token rows are 640 wide (a view of the first 576): the map's strides, not 576."""
+    p = mla_problem("page64", [7, 20], [150, 64], seed=6, cache_width=640)
+    assert p.k.stride(1) == 640
+    assert_plan(p, "page64")
+    out, lse = testing.run(p)
+    testing.check(p, out, lse)
+
+
+def check_no_hint(p, splits=0):
+    """Without the hint: the cp.async kernel, against the reference."""
+    name = testing.plan_info(p, num_splits=splits, kv_slot_runs=1)["name"]
+    assert name.endswith(CP_ASYNC_MLA), name
+    out, lse = testing.run(p, num_splits=splits, kv_slot_runs=1)
+    testing.check(p, out, lse)
+
+
+@SM90A
+@pytest.mark.parametrize("heads", [16, 128], ids=["h16", "h128"])
+def test_slot_runs_padded_cache_without_the_hint(heads):
+    p = mla_problem("slots_no_hint", [4, 32], [500, 260], slots=["runs", "runs"], heads=heads,
+                    cache_width=640, seed=2)
+    check_no_hint(p)
+
+
+@SM90A
+def test_page16_consecutive_pages():
+    """page_size 16 (the hint is for page_size 1: the cp.async kernel), pages in runs and two swapped."""
+    p = mla_problem("runs_no_hint", [8, 16, 2], [300, 900, 63], seed=3)
+    ind, ptr = p.kv_indices.cpu(), p.kv_indptr.cpu().tolist()
+    pages, pptr = [], [0]
+    for r in range(3):
+        s = ind[ptr[r]:ptr[r + 1]].to(torch.int64)
+        firsts = s[::16]
+        assert torch.equal(s, (firsts.repeat_interleave(16) + torch.arange(16).repeat(len(firsts)))[:len(s)])
+        pr = (firsts // 16).tolist()
+        if r == 1:
+            pr[5], pr[6] = pr[6], pr[5]
+        pages += pr
+        pptr.append(len(pages))
+    p = p.replace(kv_indices=torch.tensor(pages, dtype=torch.int32, device="cuda"),
+                  kv_indptr=torch.tensor(pptr, dtype=torch.int32, device="cuda"), page_size=16)
+    check_no_hint(p)
+
+
+@SM90A
+def test_flat_mla_takes_the_tma_kernel():
+    """A flat MLA cache: every tile is 64 consecutive rows from any first row, so the TMA kernel
+    runs with the rows map (kernels/launch_attention.cuh); with the map off
+    (VERIFY_ATTN_K_ROWS_TMA=0) it falls back to the cp.async kernel. Both against the reference."""
+    p = mla_problem("flat", [6, 64, 1], [294, 1036, 128], seed=9, poison=False)
+    assert (p.max_q_len, p.max_kv_len) == (64, 1100)
+    assert_plan(p, "flat")
+    ref = testing.reference(p)
+    with testing.kernel_path(k_rows_map=False):
+        with pytest.raises(NotImplementedError, match="VERIFY_ATTN_REQUIRE_K_TMA"):
+            testing.run(p)  # the map refused: no silent fallback while the TMA kernel is required
+    for on in (True, False):
+        with testing.kernel_path(k_rows_map=on, require_k_tma=on):  # on: the TMA kernel ran
+            for splits in (0, 1, 3):
+                out, lse = testing.run(p, num_splits=splits)
+                testing.check(p, out, lse, ref=ref, label=f"[rows map {on} splits={splits}]")
+
+
+@SM90A
+def test_kv_slot_runs_hint_long_kv():
+    """A 9k-row request (tiles of many pairs; split by the plan) next to a short one. (The short
+    KV the other tests use takes the rows kernel too: kernels/plan.cc.)"""
+    p = mla_problem("slots", [16, 4], [9000, 300], slots=["runs", "shifted"], seed=11)
+    assert_plan(p, "slots")
+    out, lse = testing.run(p)
+    testing.check(p, out, lse)
+
+
+@SM90A
+@pytest.mark.parametrize("heads", [16, 64, 128], ids=["h16", "h64", "h128"])
+def test_kv_slot_runs_hint_padded_cache_and_heads(heads):
+    p = mla_problem("slots", [4, 32, 9], [500, 260, 2000], slots=["runs", "shifted", "runs"], heads=heads,
+                    cache_width=640, kv_slot_runs=128, seed=5)
+    assert_plan(p, "slots")
+    out, lse = testing.run(p)
+    testing.check(p, out, lse)
+
+
+@SM90A
+def test_kv_slot_runs_hint_without_the_map_falls_back():
+    """VERIFY_ATTN_K_ROWS_TMA=0: the planned TMA kernel cannot get its map; the cp.async kernel runs."""
+    p = mla_problem("slots", Q_LENS, PREFIXES, seed=6)
+    with testing.kernel_path(k_rows_map=False):
+        with pytest.raises(NotImplementedError, match="VERIFY_ATTN_REQUIRE_K_TMA"):
+            testing.run(p)
+        with testing.kernel_path(require_k_tma=False):
+            out, lse = testing.run(p)
+    testing.check(p, out, lse)
+
+
+@SM90A
+@pytest.mark.parametrize("knob", ["", "0", "1"], ids=["rule", "off", "on"])
+@pytest.mark.parametrize("splits", [0, 3], ids=["splits0", "splits3"])
+def test_kv_slot_runs_hint_early_a0_release(knob, splits):
+    """The rows kernel with the early release of stage 0's blocks 0-3 (Plan::early_a0_release:
+    the plan's rule where a request's rows fit one row tile, q_len <= 4 at 16 heads;
+    VERIFY_ATTN_EARLY_A0=1 / 0 forces it) and without, against the reference: requests of one
+    row tile, then of several."""
+    seed = new_seed()
+    print(f"seed {seed}")
+    with testing.kernel_path(early_a0=knob or None):
+        for q_lens in ([4, 3, 1, 4, 2], Q_LENS):
+            p = mla_problem("slots", q_lens, PREFIXES, seed=seed)
+            assert_plan(p, "slots", num_splits=splits)
+            out, lse = testing.run(p, num_splits=splits)
+            testing.check(p, out, lse, label=f"[seed {seed}]")
+
+
+@SM90A
+@pytest.mark.parametrize("q_tma", [True, False], ids=["q_by_tma", "q_by_cp_async"])
+@pytest.mark.parametrize("q_layout", ["contiguous", "padded", "head_major"])
+@pytest.mark.parametrize("heads", [1, 16, 24, 128])
+@pytest.mark.parametrize("layout", ["page64", "page1"])
+def test_q_tile_layouts(layout, heads, q_layout, q_tma):
+    """Both sm_90a kernels (TMA K at page 64, cp.async K at page 1) take Q by TMA (a map of q
+    whose box is a CTA's 64 folded rows) where the map can describe q -- heads dividing 64 or a
+    multiple of 64 --, else (24 heads, or VERIFY_ATTN_Q_TMA=0) by cp.async: the same results;
+    which path ran is pinned with VERIFY_ATTN_REQUIRE_Q_TMA=1.
+    q contiguous, a view of a wider row (head stride 640), or head-major (token stride 576,
+    head stride total_q * 576); ragged requests whose last row tile is partial (the map's box
+    then holds the next request's rows, or zeros past total_q)."""
+    p = mla_problem(layout, Q_LENS[:4], PREFIXES[:4], heads=heads, q_layout=q_layout, seed=11 + heads)
+    if q_layout == "padded":
+        assert p.q.stride(1) == 640
+    elif q_layout == "head_major":
+        assert p.q.stride(0) == 576
+    with testing.kernel_path(q_tma=q_tma):
+        assert_plan(p, layout)
+        # Which Q path runs: VERIFY_ATTN_REQUIRE_Q_TMA=1 makes a launch whose q the map cannot
+        # describe fail instead of falling back to cp.async.
+        with testing.kernel_path(require_q_tma=True):
+            if q_tma and heads != 24:
+                testing.run(p)  # the Q map was encoded: the TMA path ran
+            else:
+                with pytest.raises(NotImplementedError, match="VERIFY_ATTN_REQUIRE_Q_TMA"):
+                    testing.run(p)
+        out, lse = testing.run(p)
+    testing.check(p, out, lse)
+
+
+@SM90A
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("out_layout", ["contiguous", "padded", "head_major"])
+@pytest.mark.parametrize("heads", [16, 64, 128, 24])
+@pytest.mark.parametrize("layout", ["page64", "page1"])
+def test_output_tile_by_tma(layout, heads, out_layout, dtype):
+    """Both sm_90a kernels' (TMA K at page 64, cp.async K at page 1) unsplit output: full row
+    tiles staged in shared memory and stored by TMA (a map of out whose box is a CTA's 64
+    folded rows), partial row tiles (request 0's second, request 2's only) from registers;
+    with VERIFY_ATTN_O_TMA=0 every tile from registers. Both write the same bits (the same
+    o / l rounding), match the float64 reference, and leave no poisoned row. out contiguous, a
+    view of a wider row (head stride 640), or head-major; 24 heads (the map cannot box them)
+    always store from registers. VERIFY_ATTN_REQUIRE_O_TMA=1 pins that the out map was
+    encoded (so the full tiles took the TMA store)."""
+    p = mla_problem(layout, Q_LENS[:4], PREFIXES[:4], heads=heads, dtype=dtype, seed=31 + heads)
+    assert_plan(p, layout, num_splits=1)
+
+    def fresh_out():
+        out, lse = testing.poisoned_outputs(p, layout=out_layout, pad=128)
+        if out_layout == "padded":
+            assert out.stride(1) == 640
+        elif out_layout == "head_major":
+            assert out.stride(0) == 512
+        return out, lse
+
+    def call(out, lse):
+        testing.call(p, out=out, lse=lse, num_splits=1)
+
+    with testing.kernel_path(require_o_tma=True):
+        if heads != 24:
+            call(*fresh_out())  # the out map was encoded: the TMA store path ran
+        else:
+            with pytest.raises(NotImplementedError, match="VERIFY_ATTN_REQUIRE_O_TMA"):
+                call(*fresh_out())
+    out, lse = fresh_out()
+    call(out, lse)
+    with testing.kernel_path(o_tma=False):
+        out0, lse0 = fresh_out()
+        call(out0, lse0)
+    assert torch.equal(out, out0) and torch.equal(lse, lse0), "the TMA store wrote other bits"
+    testing.check(p, out, lse)  # finite (no row left unwritten), against the reference
+
+
+# The instances that skip invisible draft tiles: more than 256 drafts.
+SKIP_LAYOUTS = {"page64": "page64", "runs": "runs", "gather": "gather", "flat": "flat", "page1": "runs_no_hint"}
+
+
+def ancestors(parents):
+    """Dense [n, n] bool visibility of a tree (each node sees itself and its ancestors), through
+    the library's own builders (masks.from_parents, masks.to_dense)."""
+    qo = torch.tensor([0, len(parents)], dtype=torch.int32)
+    return masks.to_dense(masks.from_parents(torch.tensor(parents, dtype=torch.int32), qo), qo)[0].bool()
+
+
+def sparse_rows(n, hidden=None):
+    """Star-like rows (the root and the token itself), with exceptions: token 5 also sees the last
+    draft, tokens 40..47 see none, every 97th token (from 3) sees every draft up to itself.
+    hidden = (lo, hi): no token sees drafts lo..hi-1 (their own rows see only the root)."""
+    vis = torch.zeros(n, n, dtype=torch.bool)
+    for t in range(n):
+        vis[t, 0] = vis[t, t] = True
+        if t % 97 == 3:
+            vis[t, : t + 1] = True
+    vis[5, n - 1] = True
+    vis[40:48] = False
+    if hidden is not None:
+        vis[:, hidden[0]:hidden[1]] = False
+    return vis
+
+
+def skip_problem(layout, seed, heads, q_lens, prefixes, dense, nan_rows=()):
+    """The requests' K rows (q scaled by 0.5) in one of SKIP_LAYOUTS; every slot no request
+    owns is NaN. nan_rows: (request, KV row) pairs set to NaN in the cache (rows no query row
+    may read); the reference sees them as zeros."""
+    return mla_problem(SKIP_LAYOUTS[layout], q_lens, prefixes, heads=heads, tree=dense, nan_rows=nan_rows,
+                       q_scale=0.5, spare_pages=7, seed=seed)
+
+
+def assert_skip_plan(p, layout, splits):
+    name = SKIP_LAYOUTS[layout]
+    return assert_plan(p, name, "" if MLA_LAYOUTS[name][1] == CP_ASYNC_MLA else "_skip", num_splits=splits)
+
+
+@SM90A
+@pytest.mark.parametrize("splits", [0, 1, 5], ids=["splits0", "splits1", "splits5"])
+@pytest.mark.parametrize("heads", [16, 64], ids=["h16", "h64"])
+@pytest.mark.parametrize("layout", list(SKIP_LAYOUTS))
+def test_invisible_draft_tiles(layout, heads, splits):
+    """Four requests (q_len, prefix): (700, 1000) sparse rows, the prefix ending 40 rows into its
+    last tile (24 drafts share it); (300, 0) a random tree, no prefix; (1024, 64) a DDTree-like
+    tree, the prefix one whole tile; (130, 5) sparse rows. Checked per request (a wrong skip in
+    a short one would hide in the batch's norm)."""
+    rng = random.Random(heads + splits)
+    dense = [sparse_rows(700), ancestors(testing.random_parents("random", 300, rng=rng)),
+             ancestors(testing.random_parents("ddtree", 1024, rng=rng)), sparse_rows(130)]
+    p = skip_problem(layout, 1000 * heads + splits, heads, [700, 300, 1024, 130], [1000, 0, 64, 5], dense)
+    assert_skip_plan(p, layout, splits)
+    out, lse = testing.run(p, num_splits=splits)
+    testing.check(p, out, lse)
+
+
+@SM90A
+@pytest.mark.parametrize("splits", [0, 3], ids=["splits0", "splits3"])
+@pytest.mark.parametrize("layout", list(SKIP_LAYOUTS))
+def test_skipped_draft_tiles_are_not_read(layout, splits):
+    """Draft tiles no token sees hold NaN K rows: (700, 1000) drafts 216..407 (draft-only tiles 3-5:
+    the prefix's last tile takes drafts 0..23), (600, 128) drafts 128..255 (tiles 2-3; the prefix
+    two whole tiles, so that rows 40..47, which see no draft, still see something). The skipping
+    instance never reads them (finite, right output); the cp.async kernel, which visits every tile
+    up to the last visible column, turns the rows past them NaN: the test sees a visited tile."""
+    dense = [sparse_rows(700, hidden=(216, 408)), sparse_rows(600, hidden=(128, 256))]
+    nan_rows = [(0, 1000 + c) for c in range(216, 408)] + [(1, 128 + c) for c in range(128, 256)]
+    p = skip_problem(layout, 77 + splits, 16, [700, 600], [1000, 128], dense, nan_rows)
+    assert_skip_plan(p, layout, splits)
+    out, lse = testing.run(p, num_splits=splits)
+    if layout == "page1":
+        assert not torch.isfinite(out).all(), "the cp.async kernel should have read the NaN tiles"
+        return
+    testing.check(p, out, lse)
 
 
 # The launch grid's two orders (kernels/plan.h, grid_coord): the sm_90a MLA
@@ -461,26 +661,24 @@ def test_mla_path_pinned(forced, layout, monkeypatch):
 # ones once with the knob set (it must not move them). Which order a plan takes
 # is pinned on the host (kernels/tests/plan_test.cc: the sm_90a configurations
 # take the rows first); here, that the MLA cases planned an sm_90a kernel.
-GRID_CASES = [("mla_h16", "paged64", 0, None, o) for o in ("requests", "rows")] + [
-    ("mla_h16", "paged64", 3, None, o) for o in ("requests", "rows")] + [
-    ("mla_h128", "paged1", 0, None, o) for o in ("requests", "rows")] + [
-    ("mla_h16", "flat", 0, None, o) for o in ("requests", "rows")] + [
-    ("mla_h16", "paged16", 0, MMA_SYNC_MLA, "rows"), ("gqa_d128_g4", "paged16", 0, None, "rows"),
-    ("gqa_d64_g8", "flat", 3, None, "requests")]
+GRID_CASES = [("mla_h16", "paged64", 0, "auto", o) for o in ("requests", "rows")] + [
+    ("mla_h16", "paged64", 3, "auto", o) for o in ("requests", "rows")] + [
+    ("mla_h128", "paged1", 0, "auto", o) for o in ("requests", "rows")] + [
+    ("mla_h16", "flat", 0, "auto", o) for o in ("requests", "rows")] + [
+    ("mla_h16", "paged16", 0, "mma_sync", "rows"), ("gqa_d128_g4", "paged16", 0, "auto", "rows"),
+    ("gqa_d64_g8", "flat", 3, "auto", "requests")]
 
 
-@pytest.mark.parametrize("model,layout,splits,force,order", GRID_CASES,
+@pytest.mark.parametrize("model,layout,splits,path,order", GRID_CASES,
                          ids=["-".join(str(x) for x in c) for c in GRID_CASES])
-def test_grid_orders(model, layout, splits, force, order, monkeypatch):
-    monkeypatch.setenv("VERIFY_ATTN_GRID_ORDER", order)
-    if force:
-        monkeypatch.setenv("VERIFY_ATTN_FORCE_CONFIG", force)
+def test_grid_orders(model, layout, splits, path, order, kernel_path):
+    kernel_path(path, grid_order=order)
     c = _small_case(model=model, layout=layout, splits=splits, batch=5, q_len=70, prefix=700,
                     prealloc=True)
     seed = new_seed()
-    a = build_problem(c, seed, "cuda")
-    info = plan_info_for(a, num_splits=splits)
-    assert info["name"].startswith(expected_path(MODELS[model][0], force is not None)), info
+    p = build_problem(c, seed, "cuda")
+    info = testing.plan_info(p, num_splits=splits)
+    assert info["name"].startswith(expected_path(MODELS[model].mla, path == "mma_sync")), info
     assert run_case(c, seed) < REL_TOL
 
 
@@ -496,56 +694,38 @@ EARLY_CASES = [(layout, splits, q_len, knob) for layout, splits in (("paged64", 
 
 @pytest.mark.parametrize("layout,splits,q_len,knob", EARLY_CASES,
                          ids=["-".join(str(x) for x in c) for c in EARLY_CASES])
-def test_early_a0_release(layout, splits, q_len, knob, monkeypatch):
-    if torch.cuda.get_device_capability() != (9, 0):
+def test_early_a0_release(layout, splits, q_len, knob, kernel_path):
+    if not _sm90():
         pytest.skip("the TMA kernel (the flag's only reader) is sm_90a only")
-    monkeypatch.setenv("VERIFY_ATTN_EARLY_A0", knob)
+    kernel_path(early_a0=knob or None)
     # NaN in the cache slots no request owns: a page-64 tile brings the rows
     # past kv_len with it, which the consumers zero (zero_tail) before the P V
     # that precedes the early release.
     c = _small_case(model="mla_h16", layout=layout, splits=splits, batch=5, q_len=q_len, prefix=700,
                     prealloc=True, poison_kv=True)
     seed = new_seed()
-    a = build_problem(c, seed, "cuda")
-    info = plan_info_for(a, num_splits=splits)
-    assert info["name"].endswith("mla_wgmma_seesaw_tma"), info
+    p = build_problem(c, seed, "cuda")
+    info = testing.plan_info(p, num_splits=splits)
+    assert info["name"].endswith(TMA_MLA), info
     assert run_case(c, seed) < REL_TOL
 
 
-def test_early_a0_knob_rejects_unknown(monkeypatch):
-    monkeypatch.setenv("VERIFY_ATTN_EARLY_A0", "yes")
-    a = build_problem(_small_case(), 1, "cuda")
+def test_early_a0_knob_rejects_unknown(kernel_path):
+    kernel_path(early_a0="yes")
+    p = build_problem(_small_case(), 1, "cuda")
     with pytest.raises(ValueError, match="VERIFY_ATTN_EARLY_A0"):
-        call_api(a)
+        testing.call(p, return_lse=True)
 
 
-def test_grid_order_knob_rejects_unknown(monkeypatch):
-    monkeypatch.setenv("VERIFY_ATTN_GRID_ORDER", "columns")
-    a = build_problem(_small_case(), 1, "cuda")
+def test_grid_order_knob_rejects_unknown(kernel_path):
+    kernel_path(grid_order="columns")
+    p = build_problem(_small_case(), 1, "cuda")
     with pytest.raises(ValueError, match="VERIFY_ATTN_GRID_ORDER"):
-        call_api(a)
+        testing.call(p, return_lse=True)
 
 
 # ---------------------------------------------------------------------------
-# edge cases, planning, torch.compile, CUDA graphs
-
-
-def _small_case(**over):
-    c = dict(model="mla_h16", q_len=40, prefix=300, layout="paged16", batch=3, mask="ddtree",
-             dtype="bf16", splits=0, idx=0, prealloc=False, return_lse=True, bounds="exact",
-             views=False, poison_kv=False, kv_offset=False, cache3d=False, q_scale=1.0, sm_scale=None)
-    c.update(over)
-    return c
-
-
-def _mask_words(rows, q_len, device):
-    """[len(rows), ceil(q_len / 32)] int32 tree-mask words from per-row sets of draft indices."""
-    words = (q_len + 31) // 32
-    w = torch.zeros(len(rows), words, dtype=torch.int64)
-    for r, cols in enumerate(rows):
-        for c in cols:
-            w[r, c // 32] |= 1 << (c % 32)
-    return torch.where(w >= 2**31, w - 2**32, w).to(torch.int32).to(device)
+# edge cases and planning
 
 
 @pytest.mark.parametrize("splits", [37, 70])
@@ -575,14 +755,11 @@ def test_tree_tile_trim_keeps_every_visible_draft(page_size, num_splits):
     themselves, token 150 sees drafts 180..q_len-1, request 0's tokens 20-23 (one row tile)
     see no draft at all, the others only themselves. Request 1 has an empty prefix and 200
     drafts under 10 mask words (7 cover it). Page 1 (cp.async kernel) and 64 (TMA kernel),
-    auto and 5 splits, NaN-filled outputs, against the float64 reference."""
-    dev = "cuda"
-    g = torch.Generator().manual_seed(new_seed())
-    H, d_qk, d_vo = 16, 576, 512
+    auto and 5 splits, NaN-filled outputs, against the float64 reference (per request)."""
     q_lens, prefixes = [300, 200], [70, 0]
-    B, T = len(q_lens), max(q_lens)
-    rows = []
+    dense = []
     for n in q_lens:
+        vis = torch.zeros(n, n, dtype=torch.bool)
         for t in range(n):
             cols = set() if (n == 300 and 20 <= t <= 23) else {t}
             if t == 0:
@@ -591,34 +768,13 @@ def test_tree_tile_trim_keeps_every_visible_draft(page_size, num_splits):
                 cols.update(range(t))
             if t == 150:
                 cols.update(range(180, n))
-            rows.append(cols)
-    mask = _mask_words(rows, T, dev)
-    kv_lens = [p + n for p, n in zip(prefixes, q_lens)]
-    pages = [(n + page_size - 1) // page_size for n in kv_lens]
-    num_pages = sum(pages) + 5
-    perm = torch.randperm(num_pages, generator=g)[: sum(pages)].to(torch.int32)
-    k_cache = (torch.randn(num_pages, page_size, 1, d_qk, generator=g) * 0.5).to(torch.bfloat16).to(dev)
-    total_q = sum(q_lens)
-    q = torch.randn(total_q, H, d_qk, generator=g).to(torch.bfloat16).to(dev)
-    qo = torch.tensor([0, q_lens[0], total_q], dtype=torch.int32, device=dev)
-    kv_indptr = torch.tensor([0, pages[0], pages[0] + pages[1]], dtype=torch.int32, device=dev)
-    kv_indices = perm.to(dev)
-    kv_len = torch.tensor(kv_lens, dtype=torch.int32, device=dev)
-    out = torch.full((total_q, H, d_vo), float("nan"), dtype=torch.bfloat16, device=dev)
-    lse = torch.full((total_q, H), float("nan"), dtype=torch.float32, device=dev)
-    va.tree_attention_paged(q, k_cache, None, qo, kv_indptr, kv_indices, kv_len, tree_mask=mask,
-                            max_q_len=T, max_kv_len=max(kv_lens), out=out, lse=lse, return_lse=True,
-                            num_splits=num_splits)
-    ref_out, ref_lse = reference_attention_paged(q, k_cache, None, qo, kv_indptr, kv_indices, kv_len,
-                                                 tree_mask=mask)
-    assert bool(torch.isfinite(out).all()) and bool(torch.isfinite(lse).all())
-    s = 0
-    for n in q_lens:
-        err = rel_err(out[s:s + n], ref_out[s:s + n])
-        assert err < REL_TOL, (s, err)
-        s += n
-    d = (lse.double() - ref_lse).abs()
-    assert bool((d <= LSE_ATOL + LSE_RTOL * ref_lse.abs()).all()), float(d.max())
+            vis[t, sorted(cols)] = True
+        dense.append(vis)
+    p = testing.make_problem(q_lens, prefixes, model="mla_h16", layout="paged", page_size=page_size,
+                             tree=dense, kv_scale=0.5, poison=False, seed=new_seed())
+    assert p.tree_mask.shape == (sum(q_lens), 10)
+    out, lse = testing.run(p, num_splits=num_splits)
+    testing.check(p, out, lse, label=f"[seed {p.seed}]", lse_rtol=testing.LSE_RTOL)
 
 
 @pytest.mark.parametrize("layout", ["flat", "paged1"])
@@ -643,10 +799,8 @@ def test_empty_batches(layout):
 
 @pytest.mark.parametrize("splits", [0, 1, 3])
 def test_plan_info(splits):
-    a = build_problem(_small_case(), new_seed(), "cuda")
-    info = va.plan_info(a["q"], a["k"], a["v"], a["qo_indptr"], a["kv_indptr"], a["kv_indices"], a["kv_len"],
-                        tree_mask=a["tree_mask"], max_q_len=a["max_q_len"], max_kv_len=a["max_kv_len"],
-                        return_lse=True, num_splits=splits)
+    p = build_problem(_small_case(), new_seed(), "cuda")
+    info = testing.plan_info(p, return_lse=True, num_splits=splits)
     print("plan_info:", info)
     for key in ("name", "tile_m", "tile_n", "num_warps", "num_stages", "num_splits", "smem_bytes",
                 "sm_arch", "workspace_bytes"):
@@ -665,95 +819,8 @@ def test_plan_info(splits):
 
 def test_mla_value_view_same_as_none():
     seed = new_seed()
-    a = build_problem(_small_case(layout="flat"), seed, "cuda")
-    o1, l1 = call_api(a)
-    a2 = dict(a, v=a["k"][..., :512])
-    o2, l2 = call_api(a2)
+    p = build_problem(_small_case(layout="flat"), seed, "cuda")
+    o1, l1 = testing.call(p, return_lse=True)
+    o2, l2 = testing.call(p.replace(v=p.k[..., :512]), return_lse=True)
     torch.cuda.synchronize()
     assert torch.equal(o1, o2) and torch.equal(l1, l2), f"seed={seed}"
-
-
-def test_torch_compile_fullgraph():
-    seed = new_seed()
-    a = build_problem(_small_case(layout="paged64", model="gqa_d128_g4", mask="random"), seed, "cuda")
-    H, d_vo = a["H"], a["d_vo"]
-
-    def fn(q, k, v, qo, kv_indptr, kv_indices, kv_len, mask):
-        out, lse = va.tree_attention_paged(
-            q * 1.0, k, v, qo, kv_indptr, kv_indices, kv_len, tree_mask=mask,
-            max_q_len=a["max_q_len"], max_kv_len=a["max_kv_len"], return_lse=True)
-        out2 = torch.full((q.shape[0], H, d_vo), float("nan"), dtype=q.dtype, device=q.device)
-        va.tree_attention_paged(q, k, v, qo, kv_indptr, kv_indices, kv_len, tree_mask=mask,
-                                max_q_len=a["max_q_len"], max_kv_len=a["max_kv_len"], out=out2, num_splits=3)
-        return out, lse * 2.0, out2, out.float().sum()
-
-    args = (a["q"], a["k"], a["v"], a["qo_indptr"], a["kv_indptr"], a["kv_indices"], a["kv_len"], a["tree_mask"])
-    eager = fn(*args)
-    compiled = torch.compile(fn, fullgraph=True)(*args)
-    torch.cuda.synchronize()
-    torch.testing.assert_close(compiled[0], eager[0], rtol=0, atol=0, msg=f"seed={seed}")
-    torch.testing.assert_close(compiled[1], eager[1], rtol=0, atol=0, msg=f"seed={seed}")
-    torch.testing.assert_close(compiled[2], eager[2], rtol=0, atol=0, msg=f"seed={seed}")
-    check_against_reference(a, compiled[0], compiled[1] / 2.0, f"[compile seed={seed}]")
-    check_against_reference(a, compiled[2], None, f"[compile out= seed={seed}]")
-
-
-@pytest.mark.parametrize("splits", [0, 3])
-def test_cuda_graph_capture_and_replay(splits):
-    seed = new_seed()
-    rng = random.Random(seed)
-    c = _small_case(layout="paged1", cache3d=True, splits=splits, mask="random")
-    a = build_problem(c, seed, "cuda")
-
-    def step():
-        return call_api(a, num_splits=splits)
-
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        step()  # warm-up outside capture
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        static_out, static_lse = step()
-    g.replay()
-    torch.cuda.synchronize()
-    check_against_reference(a, static_out, static_lse, f"[graph replay 1 seed={seed}]")
-
-    # New device data in the same buffers -- values, page order, tree bits and KV lengths
-    # (within the bounds): the replay must follow them, nothing but the host bounds is baked in.
-    a["q"].copy_(torch.randn(a["q"].shape, device="cuda").to(a["q"].dtype))
-    a["k"].copy_(torch.randn(a["k"].shape, device="cuda").to(a["k"].dtype))
-    a["kv_indices"].copy_(a["kv_indices"][torch.randperm(a["kv_indices"].numel(), device="cuda")])
-    new_kv = [rng.randint(n, kv) for n, kv in zip(a["q_lens"], a["kv_lens"])]
-    a["kv_len"].copy_(torch.tensor(new_kv, dtype=torch.int32))
-    a["kv_lens"] = new_kv
-    parents = []
-    for n in a["q_lens"]:
-        parents += masks.random_parents("deep", n, rng=rng)
-    new_mask = masks.from_parents(torch.tensor(parents, dtype=torch.int32, device="cuda"), a["qo_indptr"],
-                                  max_q_len=a["tree_mask"].shape[1] * 32)
-    a["tree_mask"].copy_(new_mask)
-    g.replay()
-    torch.cuda.synchronize()
-    check_against_reference(a, static_out, static_lse, f"[graph replay 2 seed={seed}]")
-    eager_out, eager_lse = step()
-    torch.cuda.synchronize()
-    torch.testing.assert_close(static_out, eager_out, rtol=0, atol=0)
-    torch.testing.assert_close(static_lse, eager_lse, rtol=0, atol=0)
-
-
-def test_cuda_graph_capture_needs_bounds():
-    a = build_problem(_small_case(layout="flat"), new_seed(), "cuda")
-    a["max_q_len"] = None
-    g = torch.cuda.CUDAGraph()
-    with pytest.raises(ValueError, match=r"^max_q_len: must be passed explicitly"):
-        with torch.cuda.graph(g):
-            call_api(a)
-
-
-def test_opcheck():
-    a = build_problem(_small_case(layout="paged16", model="gqa_d64_g8", q_len=20, prefix=50), new_seed(), "cuda")
-    args = (a["q"], a["k"], a["v"], a["qo_indptr"], a["kv_indptr"], a["kv_indices"], a["kv_len"], a["tree_mask"],
-            1, 16, False, 1.0 / math.sqrt(a["q"].shape[-1]), a["d_vo"], a["max_q_len"], a["max_kv_len"], 0, True)
-    torch.library.opcheck(torch.ops.verify_attn.tree_attention.default, args)

@@ -15,9 +15,15 @@ A paged batch of 4 requests gets two poisoned page ids in different requests
 * debug mode raises at the call; CUDA-graph replays and torch.compile record
   too; a flat ``kv_indptr`` past the rows, a device-side ``kv_len < q_len`` and
   a device-side ``kv_len`` near 2^31 (int overflow of the tile arithmetic) are
-  flagged as well.
+  flagged as well;
+* on the sm_90a TMA kernels (sm_90 only): a page id out of range is flagged
+  (KV_INDEX) and never read; a bad slot inside a run of the rows map (past the
+  cache, INT32_MAX, negative; a tile's first row or another) is zero-filled and
+  flagged, its request's rows NaN, the other requests exact.
 
-memcheck over tools/sanitize_cases.py (its bad-index case) shows that no
+Problems, calls and the reference: verify_attn.testing.
+
+memcheck over tools/checks/sanitize_cases.py (its bad-index case) shows that no
 out-of-pool read happens.
 """
 
@@ -25,7 +31,7 @@ import pytest
 import torch
 
 import verify_attn
-from verify_attn import errors, masks, reference
+from verify_attn import errors, testing
 
 pytestmark = [
     pytest.mark.gpu,
@@ -34,65 +40,50 @@ pytestmark = [
 
 DEV = "cuda"
 BAD_REQ = {1: "past_end", 3: "negative"}
+GQA = testing.Model(mla=False, heads=8, kv_heads=2, d_qk=128, d_vo=128)
 
 
 def make_paged(*, mla=False, page_size=1, seed=0, dtype=torch.bfloat16):
-    g = torch.Generator().manual_seed(seed)
-    q_lens = [5, 8, 3, 6]
-    prefix = [40, 70, 25, 90]
-    kv_lens = [p + q for p, q in zip(prefix, q_lens)]
-    pages = [(n + page_size - 1) // page_size for n in kv_lens]
-    num_pages = sum(pages) + 11
-    H, Hkv, dqk, dvo = (16, 1, 576, 512) if mla else (8, 2, 128, 128)
-    qo = torch.tensor([0] + torch.tensor(q_lens).cumsum(0).tolist(), dtype=torch.int32)
-    parents = []
-    for ql in q_lens:
-        parents += [-1] + [int(torch.randint(0, i, (1,), generator=g)) for i in range(1, ql)]
-    tree = masks.from_parents(torch.tensor(parents, dtype=torch.int32), qo)
-    kv_indices = torch.randperm(num_pages, generator=g)[: sum(pages)].to(torch.int32)
-    kv_indptr = torch.tensor([0] + torch.tensor(pages).cumsum(0).tolist(), dtype=torch.int32)
-    a = dict(
-        q=torch.randn(int(qo[-1]), H, dqk, generator=g).to(dtype),
-        k_cache=torch.randn(num_pages, page_size, Hkv, dqk, generator=g).to(dtype),
-        v_cache=None if mla else torch.randn(num_pages, page_size, Hkv, dvo, generator=g).to(dtype),
-        qo_indptr=qo, kv_indptr=kv_indptr, kv_indices=kv_indices,
-        kv_len=torch.tensor(kv_lens, dtype=torch.int32), tree_mask=tree,
-    )
-    a = {n: (t.to(DEV) if t is not None else None) for n, t in a.items()}
-    return a, dict(q_lens=q_lens, kv_lens=kv_lens, num_pages=num_pages, page_size=page_size,
-                   max_q_len=max(q_lens), max_kv_len=max(kv_lens))
+    """Four requests with random trees, random pages of a cache with 11 spare pages, the host
+    bounds passed (testing.make_problem, bounds="exact")."""
+    return testing.make_problem([5, 8, 3, 6], [40, 70, 25, 90], model="mla_h16" if mla else GQA, dtype=dtype,
+                                layout="paged", page_size=page_size, spare_pages=11, poison=False, seed=seed,
+                                device=DEV)
 
 
-def poison(a, info):
+def poison(p):
     """Poison one page id of request 1 (past the end) and one of request 3 (negative).
 
-    Returns {request: (bad value, page position in kv_indices, first KV row j of that page)}."""
-    bad = a["kv_indices"].clone()
-    kvp = a["kv_indptr"].tolist()
-    ps = info["page_size"]
+    Returns (the problem with them, {request: (bad value, page position in kv_indices, first KV
+    row j of that page)})."""
+    bad = p.kv_indices.clone()
+    kvp = p.kv_indptr.tolist()
+    num_pages, ps = p.k.shape[0], p.k.shape[1]
     out = {}
-    for req, kind, val in ((1, "past_end", info["num_pages"] + 5), (3, "negative", -3)):
+    for req, kind, val in ((1, "past_end", num_pages + 5), (3, "negative", -3)):
         page_pos = (kvp[req + 1] - kvp[req]) // 2  # a prefix page, mid-request
         bad[kvp[req] + page_pos] = val
         out[req] = (val, page_pos, page_pos * ps)
-    return dict(a, kv_indices=bad), out
+    return p.replace(kv_indices=bad), out
 
 
-def run(a, info, **kw):
-    return verify_attn.tree_attention_paged(
-        a["q"], a["k_cache"], a["v_cache"], a["qo_indptr"], a["kv_indptr"], a["kv_indices"], a["kv_len"],
-        tree_mask=a["tree_mask"], max_q_len=info["max_q_len"], max_kv_len=info["max_kv_len"], **kw)
+def run(p, **kw):
+    return testing.call(p, **kw)
 
 
-def ref(a):
-    return reference.reference_attention_paged(
-        a["q"], a["k_cache"], a["v_cache"], a["qo_indptr"], a["kv_indptr"], a["kv_indices"], a["kv_len"],
-        tree_mask=a["tree_mask"])[0]
+def ref(p):
+    return testing.reference(p)[0]
 
 
-def rows(a, req):
-    qo = a["qo_indptr"].tolist()
-    return slice(qo[req], qo[req + 1])
+def rows(p, req):
+    return slice(sum(p.q_lens[:req]), sum(p.q_lens[:req + 1]))
+
+
+def assert_exact(out, clean_ref, p, requests):
+    for req in requests:
+        r = rows(p, req)
+        err = testing.rel_err(out[r], clean_ref[r])
+        assert torch.isfinite(out[r]).all() and err < testing.REL_TOL, "request %d: rel err %.3g" % (req, err)
 
 
 @pytest.fixture(autouse=True)
@@ -125,87 +116,84 @@ def assert_names_a_poisoned_request(e, bad, page_size):
                               # sm_90: the TMA kernel, whose producer checks each 64-row tile once
                               "mla-ps64", "mla-ps64-split2"])
 def test_bad_index_raises_and_other_requests_are_exact(mla, page_size, splits):
-    a, info = make_paged(mla=mla, page_size=page_size)
+    a = make_paged(mla=mla, page_size=page_size)
     clean_ref = ref(a)
-    pa, bad = poison(a, info)
-    out = run(pa, info, num_splits=splits)
+    pa, bad = poison(a)
+    out = run(pa, num_splits=splits)
     with pytest.raises(verify_attn.KernelInputError) as ei:
         verify_attn.check_errors()
     assert_names_a_poisoned_request(ei.value, bad, page_size)
     verify_attn.check_errors()  # reset: clean again
-    for req in (0, 2):
-        r = rows(a, req)
-        err = ((out[r].double() - clean_ref[r]).norm() / clean_ref[r].norm()).item()
-        assert torch.isfinite(out[r]).all() and err < 1e-2, "request %d: rel err %.3g" % (req, err)
+    assert_exact(out, clean_ref, a, (0, 2))
 
 
 @pytest.mark.parametrize("mla", [False, True], ids=["gqa", "mla"])
 def test_poisoned_requests_are_nan(mla):
     """DEPENDS ON THE LEAD'S KERNEL CHANGE (NaN output for a request with a
     flagged bad index). Before it, the bad row was zero-filled: finite output."""
-    a, info = make_paged(mla=mla, page_size=1)
-    pa, bad = poison(a, info)
-    out = run(pa, info)
+    a = make_paged(mla=mla, page_size=1)
+    pa, bad = poison(a)
+    out = run(pa)
     torch.cuda.synchronize()
     for req in bad:
         assert torch.isnan(out[rows(a, req)]).all(), "request %d: output not NaN" % req
 
 
 def test_debug_mode_raises_at_the_call():
-    a, info = make_paged()
-    pa, bad = poison(a, info)
-    run(a, info)  # clean call: no raise in debug mode either
+    a = make_paged()
+    pa, bad = poison(a)
+    run(a)  # clean call: no raise in debug mode either
     verify_attn.set_debug(True)
-    run(a, info)
+    run(a)
     with pytest.raises(verify_attn.KernelInputError) as ei:
-        run(pa, info)
+        run(pa)
     assert_names_a_poisoned_request(ei.value, bad, 1)
 
 
 def test_cuda_graph_replay_records_errors():
-    a, info = make_paged()
-    pa, bad = poison(a, info)
+    a = make_paged()
+    pa, bad = poison(a)
     verify_attn.ensure_error_buffer()
-    out = torch.empty(a["q"].shape[0], a["q"].shape[1], 128, dtype=a["q"].dtype, device=DEV)
-    idx = a["kv_indices"].clone()
-    args = dict(a, kv_indices=idx)
+    out = torch.empty(a.q.shape[0], a.q.shape[1], 128, dtype=a.q.dtype, device=DEV)
+    idx = a.kv_indices.clone()
+    args = a.replace(kv_indices=idx)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        run(args, info, out=out)
+        run(args, out=out)
     torch.cuda.current_stream().wait_stream(side)
     verify_attn.check_errors()
     g = torch.cuda.CUDAGraph()
     verify_attn.set_debug(True)  # must be skipped during capture
     with torch.cuda.graph(g):
-        run(args, info, out=out)
+        run(args, out=out)
     verify_attn.set_debug(False)
     g.replay()
     verify_attn.check_errors()  # clean indices: clean
-    idx.copy_(pa["kv_indices"])  # poison the captured index buffer in place
+    idx.copy_(pa.kv_indices)  # poison the captured index buffer in place
     g.replay()
     with pytest.raises(verify_attn.KernelInputError) as ei:
         verify_attn.check_errors()
     assert_names_a_poisoned_request(ei.value, bad, 1)
-    idx.copy_(a["kv_indices"])
+    idx.copy_(a.kv_indices)
     g.replay()
     verify_attn.check_errors()
     del g
 
 
 def test_torch_compile_records_errors():
-    a, info = make_paged()
-    pa, bad = poison(a, info)
+    a = make_paged()
+    pa, bad = poison(a)
 
     def fn(q, k, v, qo, kvp, kvi, kvl, mask):
         return verify_attn.tree_attention_paged(q, k, v, qo, kvp, kvi, kvl, tree_mask=mask,
-                                                max_q_len=info["max_q_len"], max_kv_len=info["max_kv_len"]) * 2
+                                                max_q_len=a.max_q_len, max_kv_len=a.max_kv_len) * 2
 
     compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")
-    keys = ("q", "k_cache", "v_cache", "qo_indptr", "kv_indptr", "kv_indices", "kv_len", "tree_mask")
-    compiled(*[a[k] for k in keys])
+    keys = ("q", "k", "v", "qo_indptr", "kv_indptr", "kv_indices", "kv_len", "tree_mask")
+    compiled(*[getattr(a, k) for k in keys])
     verify_attn.check_errors()
-    compiled(*[pa[k] for k in keys])
+    compiled(*[getattr(pa, k) for k in keys])
     with pytest.raises(verify_attn.KernelInputError) as ei:
         verify_attn.check_errors()
     assert_names_a_poisoned_request(ei.value, bad, 1)
@@ -243,17 +231,17 @@ def test_flat_mla_kv_indptr_past_rows_is_flagged(splits):
     e = ei.value
     assert e.bits & errors.ERR_KV_INDEX and e.request == 1, str(e)
     assert torch.isnan(out[4:]).all()
-    ro, _ = reference.reference_attention_flat(q[:4], k[:200], None, qo[:2], kvp[:2], causal=True)
+    ro, _ = verify_attn.reference_attention_flat(q[:4], k[:200], None, qo[:2], kvp[:2], causal=True)
     assert torch.isfinite(out[:4]).all()
-    assert ((out[:4].double() - ro).norm() / ro.norm()).item() < 1e-2
+    assert testing.rel_err(out[:4], ro) < testing.REL_TOL
 
 
 def test_device_kv_len_short_is_flagged():
     """kv_len < q_len on the device (bounds passed, so the host did not see it)."""
-    a, info = make_paged()
-    kvl = a["kv_len"].clone()
+    a = make_paged()
+    kvl = a.kv_len.clone()
     kvl[2] = 1  # q_len of request 2 is 3
-    run(dict(a, kv_len=kvl), info)
+    run(a.replace(kv_len=kvl))
     with pytest.raises(verify_attn.KernelInputError) as ei:
         verify_attn.check_errors()
     e = ei.value
@@ -265,11 +253,11 @@ def test_device_qo_indptr_not_starting_at_zero_is_flagged():
     """Bounds passed (the host does not read qo_indptr): qo_indptr[0] > 0 leaves
     the rows before it to no request: flagged as QO_INDPTR naming request 0 and
     the value. (Rows past qo_indptr[B] are a plan's unused capacity, allowed:
-    test_plan_gpu replays with fewer rows than planned.)"""
-    a, info = make_paged()
-    qo = a["qo_indptr"].clone()
+    test_launch_modes_gpu replays a plan with fewer rows than planned.)"""
+    a = make_paged()
+    qo = a.qo_indptr.clone()
     qo[0] = 1  # row 0 belongs to no request
-    run(dict(a, qo_indptr=qo), info)
+    run(a.replace(qo_indptr=qo))
     with pytest.raises(verify_attn.KernelInputError) as ei:
         verify_attn.check_errors()
     e = ei.value
@@ -281,27 +269,65 @@ def test_device_kv_len_near_int32_max_is_flagged(mla):
     """A device kv_len of 2^31 - 5 (bounds passed, so the host did not see it)
     would overflow the kernels' int tile arithmetic: flagged as KV_INDEX with
     that value, the request's rows NaN, the other requests exact."""
-    a, info = make_paged(mla=mla)
+    a = make_paged(mla=mla)
     clean_ref = ref(a)
-    kvl = a["kv_len"].clone()
+    kvl = a.kv_len.clone()
     kvl[2] = 2**31 - 5
-    out = run(dict(a, kv_len=kvl), info)
+    out = run(a.replace(kv_len=kvl))
     with pytest.raises(verify_attn.KernelInputError) as ei:
         verify_attn.check_errors()
     e = ei.value
     assert e.bits == errors.ERR_KV_INDEX and e.request == 2 and e.value == 2**31 - 5, str(e)
     assert torch.isnan(out[rows(a, 2)]).all(), "request 2: output not NaN"
-    for req in (0, 1, 3):
-        r = rows(a, req)
-        err = ((out[r].double() - clean_ref[r]).norm() / clean_ref[r].norm()).item()
-        assert torch.isfinite(out[r]).all() and err < 1e-2, "request %d: rel err %.3g" % (req, err)
+    assert_exact(out, clean_ref, a, (0, 1, 3))
 
 
 def test_host_validation_when_bounds_are_computed():
-    a, info = make_paged()
-    kvl = a["kv_len"].clone()
+    a = make_paged()
+    kvl = a.kv_len.clone()
     kvl[2] = 1
     with pytest.raises(ValueError, match=r"^kv_len: request 2 has kv_len 1 < q_len 3"):
-        verify_attn.tree_attention_paged(
-            a["q"], a["k_cache"], a["v_cache"], a["qo_indptr"], a["kv_indptr"], a["kv_indices"], kvl,
-            tree_mask=a["tree_mask"])
+        run(a.replace(kv_len=kvl, max_q_len=None, max_kv_len=None))  # bounds computed: the host reads
+
+
+# ---------------------------------------------------------------------------
+# the sm_90a TMA kernels (conftest.py's sm90_tma_env: sm_90 only, the "strict" kernel path)
+
+
+@pytest.mark.usefixtures("sm90_tma_env")
+def test_tma_bad_page_is_flagged_and_not_read():
+    """Page size 64 (the TMA kernel): request 1's second page id out of range."""
+    a = testing.make_problem([4, 4], [300, 300], model="mla_h16", layout="paged", page_size=64, seed=3,
+                             device=DEV)
+    assert testing.plan_info(a)["name"].endswith(testing.TMA_MLA)
+    clean, _ = testing.reference(a)
+    bad = a.kv_indices.clone()
+    bad[int(a.kv_indptr[1]) + 1] = 10**6  # request 1, its second page
+    out, _ = testing.run(a.replace(kv_indices=bad))
+    with pytest.raises(verify_attn.KernelInputError) as ei:
+        verify_attn.check_errors()
+    assert ei.value.bits & errors.ERR_KV_INDEX and ei.value.request == 1, str(ei.value)
+    assert torch.isnan(out[4:8]).all()
+    assert_exact(out, clean, a, (0,))  # request 0 unaffected
+
+
+@pytest.mark.usefixtures("sm90_tma_env")
+@pytest.mark.parametrize("row,value", [(70, "past"), (64, 2**31 - 1), (127, -3), (0, "past")],
+                         ids=["row70_past", "row64_int32max", "row127_negative", "row0_past"])
+def test_kv_slot_runs_hint_bad_slot_is_flagged(row, value):
+    """A bad slot inside a run (past the cache, INT32_MAX, negative; a tile's first row, whose id
+    the box would start from, or another): that tile is gathered, the slot zero-filled and
+    flagged, its request's rows NaN, the other requests exact."""
+    a = testing.make_problem([4, 4, 4], [300, 300, 300], model="mla_h16", layout="paged", page_size=1,
+                             slots="runs", cache_3d=True, kv_slot_runs=64, seed=7, device=DEV)
+    name = testing.plan_info(a)["name"]
+    assert name.endswith(testing.TMA_ROWS_MLA), name
+    clean, _ = testing.reference(a)
+    bad = a.kv_indices.clone()
+    bad[int(a.kv_indptr[1]) + row] = a.k.shape[0] + 5 if value == "past" else value  # request 1
+    out, _ = testing.run(a.replace(kv_indices=bad))
+    with pytest.raises(verify_attn.KernelInputError) as ei:
+        verify_attn.check_errors()
+    assert ei.value.bits & errors.ERR_KV_INDEX and ei.value.request == 1, str(ei.value)
+    assert torch.isnan(out[4:8]).all()
+    assert_exact(out, clean, a, (0, 2))

@@ -1,4 +1,4 @@
-"""Real-input checks on CPU (tools/capture).
+"""Real-input checks on CPU (tools/bench/capture).
 
 * Lossless check: tree speculative decoding with SmolLM2-135M (its own drafts,
   greedy acceptance along the tree, attention through verify_attn's float64
@@ -22,11 +22,11 @@ import sys
 import pytest
 import torch
 
-_CAPTURE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "capture")
+_CAPTURE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "bench", "capture")
 if os.path.isdir(_CAPTURE_DIR) and os.path.abspath(_CAPTURE_DIR) not in sys.path:
     sys.path.append(os.path.abspath(_CAPTURE_DIR))
 
-import trees  # noqa: E402  (tools/capture, via //tools/capture:capture_lib)
+import trees  # noqa: E402  (tools/bench/capture, via //tools/bench/capture:capture_lib)
 from verify_attn import masks  # noqa: E402
 
 N_NEW = 64

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from verify_attn import masks
+from verify_attn import masks, testing
 
 
 def _seed():
@@ -149,12 +149,12 @@ def test_hand_tree_sglang_layouts():
 SIZES = [1, 2, 31, 32, 33, 64, 100, 257, 1024]
 
 
-@pytest.mark.parametrize("kind", masks.TREE_KINDS)
+@pytest.mark.parametrize("kind", testing.TREE_KINDS)
 @pytest.mark.parametrize("n", SIZES)
 def test_from_parents_matches_oracle(kind, n):
     seed = _seed()
     rng = random.Random(seed)
-    tree = masks.random_parents(kind, n, rng=rng)
+    tree = testing.random_parents(kind, n, rng=rng)
     parents, qo = build_batch([tree])
     bits = masks.from_parents(parents, qo)
     assert bits.shape == (n, max(1, (n + 31) // 32))
@@ -170,9 +170,9 @@ def test_ragged_batch_round_trip():
     rng = random.Random(seed)
     trees = []
     for _ in range(12):
-        kind = rng.choice(masks.TREE_KINDS)
+        kind = rng.choice(testing.TREE_KINDS)
         n = rng.choice([0, 1, 5, 16, 33, 64, 200, 1024])
-        trees.append(masks.random_parents(kind, n, rng=rng))
+        trees.append(testing.random_parents(kind, n, rng=rng))
     parents, qo = build_batch(trees)
     bits = masks.from_parents(parents, qo)
     assert bits.shape[1] == max(1, (max(len(t) for t in trees) + 31) // 32)
@@ -203,7 +203,7 @@ def test_ragged_batch_round_trip():
 
 
 def test_wider_mask_and_int64_inputs():
-    tree = masks.random_parents("random", 40)
+    tree = testing.random_parents("random", 40)
     parents, qo = build_batch([tree])
     bits = masks.from_parents(parents.long(), qo.long(), max_q_len=200)
     assert bits.shape == (40, 7)
@@ -220,7 +220,7 @@ def test_sglang_full_mask_uniform_batch_like_sglang():
     """SGLang's own sizing: bs requests of num_draft_tokens, buffer larger than needed."""
     rng = random.Random(_seed())
     q = 8
-    trees = [masks.random_parents("eagle", q, rng=rng) for _ in range(5)]
+    trees = [testing.random_parents("eagle", q, rng=rng) for _ in range(5)]
     seq_lens = [rng.randrange(0, 50) for _ in trees]
     full = sglang_full_mask(trees, seq_lens, prefix_fill=True)
     buf = torch.ones(full.numel() + 1000, dtype=torch.bool)  # preallocated, fill(True)
@@ -240,7 +240,7 @@ def test_sglang_full_mask_uniform_batch_like_sglang():
 
 def test_bitpacked_wider_dtypes():
     rng = random.Random(_seed())
-    trees = [masks.random_parents("random", 20, rng=rng) for _ in range(3)]
+    trees = [testing.random_parents("random", 20, rng=rng) for _ in range(3)]
     parents, qo = build_batch(trees)
     ref = masks.from_parents(parents, qo)
     packed32 = ref[:, 0].clone()  # int32 per row: bit c = column c
@@ -252,7 +252,7 @@ def test_bitpacked_wider_dtypes():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_builders_on_gpu_match_cpu():
     rng = random.Random(_seed())
-    trees = [masks.random_parents(k, n, rng=rng) for k, n in (("ddtree", 1024), ("shuffled", 77), ("star", 5))]
+    trees = [testing.random_parents(k, n, rng=rng) for k, n in (("ddtree", 1024), ("shuffled", 77), ("star", 5))]
     parents, qo = build_batch(trees)
     cpu = masks.from_parents(parents, qo)
     gpu = masks.from_parents(parents.cuda(), qo.cuda())
@@ -333,7 +333,7 @@ def test_dense_and_sglang_errors():
     with pytest.raises(ValueError, match="mask: 1 bytes per row cannot hold"):
         masks.from_sglang_qlen_bitpacked(torch.ones(20, dtype=torch.uint8), _qo(20))
     with pytest.raises(ValueError, match="kind:"):
-        masks.random_parents("bogus", 4)
+        testing.random_parents("bogus", 4)
 
 
 # ---------------------------------------------------------------------------
@@ -457,26 +457,7 @@ def test_from_parents_validate_must_be_a_bool(value):
 
 
 # ---------------------------------------------------------------------------
-# second new-user review (session 16)
-
-
-@pytest.mark.parametrize("kind", ["eagle", "ddtree"])
-@pytest.mark.parametrize("topk", [0, -2])
-def test_random_parents_topk_below_one_is_refused(kind, topk):
-    """eagle with topk 0 used to loop forever; ddtree raised a bare IndexError."""
-    with pytest.raises(ValueError, match=r"^topk: must be >= 1"):
-        masks.random_parents(kind, 5, topk=topk)
-
-
-def test_random_parents_argument_types_and_unknown_kind():
-    with pytest.raises(ValueError, match=r"^kind: unknown tree kind 'bogus'"):
-        masks.random_parents("bogus", 0)  # also for an empty tree
-    with pytest.raises(TypeError, match=r"^n: expected an integer"):
-        masks.random_parents("chain", 2.5)
-    with pytest.raises(TypeError, match=r"^topk: expected an integer"):
-        masks.random_parents("eagle", 4, topk="2")
-    assert masks.random_parents("chain", 3) == [-1, 0, 1]
-    assert masks.random_parents("eagle", 1, topk=1) == [-1]
+# inputs a new user is likely to pass (the random_parents checks: test_testing.py)
 
 
 @pytest.mark.parametrize("value,exc,match", [

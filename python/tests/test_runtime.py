@@ -80,9 +80,13 @@ def test_status_names():
 
 def test_scaled_copy_python_validation():
     torch = pytest.importorskip("torch")
+    from verify_attn import testing
+
     with pytest.raises(TypeError, match="x: dtype"):
-        verify_attn.scaled_copy(torch.zeros(4), 2.0)
+        testing.scaled_copy(torch.zeros(4), 2.0)
     with pytest.raises(ValueError, match="x: must be a CUDA tensor"):
-        verify_attn.scaled_copy(torch.zeros(4, dtype=torch.bfloat16), 2.0)
+        testing.scaled_copy(torch.zeros(4, dtype=torch.bfloat16), 2.0)
     with pytest.raises(TypeError, match="x: expected a torch.Tensor"):
-        verify_attn.scaled_copy([1.0], 2.0)
+        testing.scaled_copy([1.0], 2.0)
+    # a test helper, not the API: not in the top-level namespace
+    assert not hasattr(verify_attn, "scaled_copy") and "scaled_copy" not in verify_attn.__all__

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import verify_attn
+from verify_attn import testing
 
 pytestmark = [
     pytest.mark.gpu,
@@ -15,7 +16,7 @@ pytestmark = [
 def test_scaled_copy_matches_torch(dtype):
     n = 1_000_003  # not a multiple of the block size; > one grid-stride pass
     x = torch.randn(n, device="cuda", dtype=dtype)
-    y = verify_attn.scaled_copy(x, 0.37)
+    y = testing.scaled_copy(x, 0.37)
     torch.cuda.synchronize()
     ref = (x.double() * 0.37)
     err = ((y.double() - ref).norm() / ref.norm()).item()

@@ -6,7 +6,7 @@ compact bit mask. See the README for the semantics and the API.
 """
 
 from ._version import __version__
-from .runtime import runtime_info, scaled_copy
+from .runtime import runtime_info
 from . import masks, reference
 from .attention import plan_info, tree_attention_flat, tree_attention_paged
 from .plan import TreeAttentionPlan
@@ -22,7 +22,6 @@ from .errors import KernelInputError, check_errors, ensure_error_buffer, set_deb
 __all__ = [
     "__version__",
     "runtime_info",
-    "scaled_copy",
     "masks",
     "reference",
     "tree_attention_flat",

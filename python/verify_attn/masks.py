@@ -30,9 +30,7 @@ Index naming follows FlashInfer: ``qo_indptr`` is the ``[B + 1]`` exclusive
 prefix sum of per-request query (draft) counts.
 """
 
-import heapq
 import math
-import random
 from typing import List, Optional, Sequence, Union
 
 import torch
@@ -49,7 +47,6 @@ __all__ = [
     "from_sglang_qlen_bitpacked",
     "to_dense",
     "causal",
-    "random_parents",
 ]
 
 MAX_Q_LEN = 1024  # the kernel's bound on q_len (va_params.max_q_len <= 1024)
@@ -433,7 +430,8 @@ def from_dense(
 
 
 def _gather_pack_words(flat: torch.Tensor, row_base: torch.Tensor, q_len_row: torch.Tensor, num_words: int):
-    """For each row r: bits c in [0, q_len_row[r]) read from flat[row_base[r] + c]. Loops over words."""
+    """For each row r: bits c in [0, q_len_row[r]) read from flat[row_base[r] + c] (any
+    nonzero value is a set bit; reads clamped to flat). Loops over words; no host sync."""
     total_q = row_base.shape[0]
     device = flat.device
     out = torch.empty((total_q, num_words), dtype=torch.int64, device=device)
@@ -443,9 +441,58 @@ def _gather_pack_words(flat: torch.Tensor, row_base: torch.Tensor, q_len_row: to
         cols = (w * 32 + sh).unsqueeze(0)  # [1, 32]
         valid = cols < q_len_row.unsqueeze(1)
         idx = (row_base.unsqueeze(1) + cols).clamp_(0, max(n - 1, 0))
-        vals = flat[idx] & valid
+        vals = flat[idx]
+        if vals.dtype != torch.bool:
+            vals = vals != 0
+        vals = vals & valid
         out[:, w] = (vals.to(torch.int64) << sh).sum(dim=1)
     return _to_int32_bits(out)
+
+
+# SGLang's verify-mask layouts, in one place: the builders below (ragged batches,
+# validated, reading the lengths on the host) and the SGLang plugin's converters
+# (verify_attn_sglang.metadata: uniform batches, static shapes, no host sync, for
+# CUDA-graph replays) both read the masks through these.
+
+
+def _qlen_only_row_starts(starts, q_len, req, local):
+    """QLEN_ONLY: request ``r`` owns the row-major ``[q_len_r, q_len_r]`` block at
+    ``starts[r]``; row ``local`` of request ``req`` starts at this flat offset
+    (int64 tensors on one device; ``req`` / ``local`` per row)."""
+    return starts[req] + local * q_len[req]
+
+
+def _full_mask_row_starts(starts, prefix, q_len, req, local):
+    """FULL_MASK: request ``r`` owns the row-major ``[q_len_r, prefix_r + q_len_r]``
+    block at ``starts[r]`` (KV columns: the prefix, then the drafts); the draft
+    columns of row ``local`` of request ``req`` start at this flat offset."""
+    return starts[req] + local * (prefix[req] + q_len[req]) + prefix[req]
+
+
+def _sglang_uniform_bits(mask: torch.Tensor, bs: int, n: int, num_words: int,
+                         prefix_lens: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """SGLang's verify mask of ``bs`` requests of ``n`` drafts each (requests
+    concatenated, as SGLang writes it) -> ``torch.int32 [bs * n, num_words]``:
+    QLEN_ONLY when ``prefix_lens`` is None, else FULL_MASK over these prefix
+    lengths (``[>= bs]`` integer tensor, read on the device, blocks at the
+    exclusive cumsum of their sizes). Static shapes, no host synchronization
+    (CUDA-graph safe); a bool or integer mask (nonzero: visible), reads clamped
+    to its last element: the caller checks the sizes."""
+    flat = mask.reshape(-1)
+    device = flat.device
+    rows = torch.arange(bs * n, device=device, dtype=torch.int64)
+    req = rows // n
+    local = rows - req * n
+    q_len = torch.full((bs,), n, dtype=torch.int64, device=device)
+    if prefix_lens is None:
+        starts = torch.arange(bs, device=device, dtype=torch.int64) * (n * n)
+        base = _qlen_only_row_starts(starts, q_len, req, local)
+    else:
+        pre = prefix_lens[:bs].to(device=device, dtype=torch.int64)
+        sizes = q_len * (pre + q_len)
+        starts = torch.cumsum(sizes, 0) - sizes
+        base = _full_mask_row_starts(starts, pre, q_len, req, local)
+    return _gather_pack_words(flat, base, q_len[req], num_words)
 
 
 def _as_flat_bool(mask: torch.Tensor, name: str) -> torch.Tensor:
@@ -575,8 +622,7 @@ def from_sglang_full_mask(
     if total_q == 0:
         return torch.zeros((0, num_words), dtype=torch.int32, device=device)
     req, local = _row_request_and_local(ind, total_q)
-    row_len = pre[req] + q_lens[req]
-    row_base = starts[req] + local * row_len + pre[req]
+    row_base = _full_mask_row_starts(starts, pre, q_lens, req, local)
     return _gather_pack_words(flat, row_base, q_lens[req], num_words)
 
 
@@ -634,7 +680,7 @@ def from_sglang_qlen_only(
     if total_q == 0:
         return torch.zeros((0, num_words), dtype=torch.int32, device=device)
     req, local = _row_request_and_local(ind, total_q)
-    row_base = starts[req] + local * q_lens[req]
+    row_base = _qlen_only_row_starts(starts, q_lens, req, local)
     return _gather_pack_words(flat, row_base, q_lens[req], num_words)
 
 
@@ -776,97 +822,3 @@ def causal(
     _, local = _row_request_and_local(ind, total_q)
     cols = torch.arange(32 * num_words, device=device).unsqueeze(0)
     return pack_bool_rows(cols <= local.unsqueeze(1), num_words)
-
-
-# ---------------------------------------------------------------------------
-# tree generators (tests and benchmarks)
-
-TREE_KINDS = ("chain", "star", "deep", "random", "ddtree", "eagle", "shuffled")
-
-
-def random_parents(kind: str, n: int, *, rng: Optional[random.Random] = None, topk: int = 4) -> List[int]:
-    """Random draft tree of ``n`` nodes as a list of local parent indices (``-1`` = root).
-
-    kinds:
-      ``chain``   0 <- 1 <- 2 ... (a causal chain);
-      ``star``    node 0 is the root, every other node its child;
-      ``deep``    mostly a chain (parent = previous node with prob. 0.85);
-      ``random``  random recursive tree (parent uniform among earlier nodes; a few extra roots);
-      ``ddtree``  best-first expansion (DDTree-like): a heap of candidate children
-                  scored by cumulative log-probabilities, popped ``n`` times;
-      ``eagle``   EAGLE-2-like: a root and levels of ``topk`` children of the best nodes;
-      ``shuffled`` a ``random`` tree with the node labels permuted (NOT topological).
-    All kinds except ``shuffled`` are in topological order (parent < child).
-
-    Args:
-      kind: one of ``TREE_KINDS`` (above).
-      n: number of nodes (``<= 0``: an empty list).
-      rng: a ``random.Random`` (default: a fresh one).
-      topk: ``ddtree``: children scored per expanded node; ``eagle``: children
-        per node and nodes expanded per level; >= 1 (ignored by the other kinds).
-
-    Raises:
-      TypeError: ``n`` or ``topk`` not an integer. ValueError: an unknown
-      ``kind``, ``topk < 1``.
-    """
-    n = as_int(n, "n")
-    topk = as_int(topk, "topk")
-    if kind not in TREE_KINDS:
-        raise ValueError(f"kind: unknown tree kind {kind!r}; expected one of {TREE_KINDS}")
-    if topk < 1:
-        raise ValueError(f"topk: must be >= 1, got {topk}")
-    rng = rng or random.Random()
-    if n <= 0:
-        return []
-    if kind == "chain":
-        return [-1] + list(range(n - 1))
-    if kind == "star":
-        return [-1] + [0] * (n - 1)
-    if kind == "deep":
-        return [-1] + [i - 1 if rng.random() < 0.85 else rng.randrange(i) for i in range(1, n)]
-    if kind == "random":
-        return [-1] + [rng.randrange(-1, i) if rng.random() < 0.03 else rng.randrange(i) for i in range(1, n)]
-    if kind == "shuffled":
-        par = random_parents("random", n, rng=rng)
-        perm = list(range(n))
-        rng.shuffle(perm)  # old label -> new label
-        new = [0] * n
-        for old, p in enumerate(par):
-            new[perm[old]] = -1 if p < 0 else perm[p]
-        return new
-    if kind == "ddtree":
-        parents = [-1]
-        heap = []
-        counter = 0
-
-        def push_children(node, score):
-            nonlocal counter
-            probs = sorted((rng.random() for _ in range(topk)), reverse=True)
-            tot = sum(probs)
-            for p in probs:
-                counter += 1
-                heapq.heappush(heap, (-(score + math.log(p / tot)), counter, node))
-
-        push_children(0, 0.0)
-        scores = [0.0]
-        while len(parents) < n:
-            negs, _, par = heapq.heappop(heap)
-            parents.append(par)
-            scores.append(-negs)
-            push_children(len(parents) - 1, -negs)
-        return parents
-    if kind == "eagle":
-        parents = [-1]
-        frontier = [0]
-        while len(parents) < n:
-            nxt = []
-            for node in frontier[: max(1, topk)]:
-                for _ in range(topk):
-                    if len(parents) >= n:
-                        break
-                    parents.append(node)
-                    nxt.append(len(parents) - 1)
-            rng.shuffle(nxt)
-            frontier = nxt
-        return parents
-    raise ValueError(f"kind: unknown tree kind {kind!r}; expected one of {TREE_KINDS}")

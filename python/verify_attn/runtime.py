@@ -1,4 +1,4 @@
-"""Build and runtime facts, and the toolchain smoke kernel."""
+"""Build and runtime facts (the toolchain smoke kernel: ``verify_attn.testing.scaled_copy``)."""
 
 from . import _ext
 from ._version import __version__
@@ -32,39 +32,3 @@ def runtime_info():
         "compiled_archs": C.compiled_archs().split(","),
         "config_tags": C.config_tags().split(","),
     }
-
-
-def scaled_copy(x, scale):
-    """Toolchain smoke kernel: return ``scale * x`` computed by a CUDA kernel.
-
-    Args:
-      x: CUDA tensor, dtype torch.float16 or torch.bfloat16, any shape,
-        contiguous.
-      scale (float): multiplier.
-
-    Returns:
-      A new tensor like ``x``.
-
-    Raises:
-      TypeError: ``x`` is not a tensor or not fp16/bf16.
-      ValueError: ``x`` is not a contiguous CUDA tensor.
-      RuntimeError: no CUDA device, or the launch failed.
-    """
-    import torch
-
-    if not isinstance(x, torch.Tensor):
-        raise TypeError("x: expected a torch.Tensor, got %s" % type(x).__name__)
-    dtypes = {torch.float16: "DTYPE_FP16", torch.bfloat16: "DTYPE_BF16"}
-    if x.dtype not in dtypes:
-        raise TypeError("x: dtype must be torch.float16 or torch.bfloat16, got %s" % x.dtype)
-    if not x.is_contiguous():
-        raise ValueError("x: must be contiguous")
-    if x.device.type != "cuda":
-        raise ValueError("x: must be a CUDA tensor, got device %s" % x.device)
-    C = _ext.load()
-    y = torch.empty_like(x)
-    stream = torch.cuda.current_stream(x.device).cuda_stream
-    with torch.cuda.device(x.device):
-        C.scaled_copy(x.data_ptr(), y.data_ptr(), x.numel(), float(scale),
-                      getattr(C, dtypes[x.dtype]), stream)
-    return y

@@ -14,7 +14,7 @@ CUDA_WHEELS = {
 
 # cuobjdump and nvdisasm are not published for 13.0 on PyPI; 13.2 reads 13.0
 # binaries and is only used to inspect what we built (never to build):
-# //tools/checks:cubin_archs_test, //tools:sass.
+# //tools/checks:cubin_archs_test, //tools/dev:sass.
 CUOBJDUMP_WHEELS = {
     "nvidia-cuda-cuobjdump==13.2.86": "d332c2ffe78e703ca0a3894be927f83124244e2acf0d792b8c12b4362d44d837",
     "nvidia-cuda-nvdisasm==13.2.86": "53606e719ecae07a2335f95902d5a1393a0cc1c317499ee7ffcf628a44385f2c",

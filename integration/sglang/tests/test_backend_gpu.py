@@ -150,9 +150,9 @@ def test_kit_cuda_graph_triton_patched_passes(arch, topk, page_size, monkeypatch
 def _tree_parents(topk, n, rng):
     if topk == 1:
         return [-1] + list(range(n - 1))
-    from verify_attn import masks
+    from verify_attn import testing
 
-    return masks.random_parents("eagle", n, rng=rng, topk=topk)
+    return testing.random_parents("eagle", n, rng=rng, topk=topk)
 
 
 def _ancestor_matrix(parents, device):

@@ -215,20 +215,25 @@ def test_full_mask_to_bits_matches_qlen_only():
 
 
 def test_bits_agree_with_verify_attn_masks():
-    """Same bits as verify_attn.masks (the library's own converters) on a random batch."""
+    """Same bits as verify_attn.masks (the library's own converters, the layouts' one
+    home) on a random batch, QLEN_ONLY and FULL."""
     pytest.importorskip("verify_attn.masks")
-    from verify_attn import masks
+    from verify_attn import masks, testing
 
     rng = random.Random(11)
     n, bs = 16, 5
     parents = []
     for _ in range(bs):
-        parents += masks.random_parents("ddtree", n, rng=rng)
+        parents += testing.random_parents("ddtree", n, rng=rng)
     qo = torch.arange(0, (bs + 1) * n, n, dtype=torch.int32)
     ref = masks.from_parents(torch.tensor(parents, dtype=torch.int32), qo)
     qlen = torch.cat([torch.tensor(_ancestors(parents[i * n:(i + 1) * n])).reshape(-1) for i in range(bs)])
     assert torch.equal(md.qlen_only_to_bits(qlen, bs, n), ref)
     assert torch.equal(masks.from_sglang_qlen_only(qlen, qo), ref)
+    seq_lens = torch.tensor([rng.randrange(0, 40) for _ in range(bs)], dtype=torch.int32)
+    full = _full_mask(seq_lens.tolist(), [parents[i * n:(i + 1) * n] for i in range(bs)])
+    assert torch.equal(md.full_mask_to_bits(full, seq_lens, n), ref)
+    assert torch.equal(masks.from_sglang_full_mask(full, qo, seq_lens), ref)
 
 
 def test_layout_detection():

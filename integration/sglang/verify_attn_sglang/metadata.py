@@ -34,7 +34,9 @@ QLEN_ONLY: ``bs * N * N`` bools, request ``r`` row ``t`` column ``c`` at
 ``r*N*N + t*N + c``; FULL_MASK: request ``r`` owns ``N * (seq_len_r + N)``
 bools from ``mask_indptr[r]`` (exclusive cumsum), row-major, draft columns at
 ``seq_len_r + c``. Both convert to verify_attn's compact bits
-``int32 [bs * N, ceil(N / 32)]`` (bit ``c % 32`` of word ``c // 32``).
+``int32 [bs * N, ceil(N / 32)]`` (bit ``c % 32`` of word ``c // 32``) through
+``verify_attn.masks``, the one home of these layouts (its ``from_sglang_*``
+builders read the same layouts for ragged batches, on the host).
 """
 
 from typing import Optional
@@ -242,15 +244,25 @@ def build_verify_kv(
 # ---------------------------------------------------------------------------
 # masks
 
+# The layouts' arithmetic and the packing live in verify_attn.masks (its
+# from_sglang_qlen_only / from_sglang_full_mask read the same layouts for ragged
+# batches, with host-side checks); here: uniform batches, static shapes, no host
+# sync, results written into the backend's CUDA-graph buffers.
+
+
+def _into(bits: torch.Tensor, out: Optional[torch.Tensor]) -> torch.Tensor:
+    """``bits`` itself, or copied into ``out[: bits.shape[0]]`` (returned) when given."""
+    if out is None:
+        return bits
+    v = out[: bits.shape[0]]
+    v.copy_(bits)
+    return v
+
+
 def pack_bool_rows(vis: torch.Tensor, words: int, *, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """bool ``[rows, c]`` (``c <= 32 * words``) -> int32 bit pattern ``[rows, words]``
     (:func:`verify_attn.masks.pack_bool_rows`), written into ``out[:rows]`` when given."""
-    w32 = _masks.pack_bool_rows(vis, words)
-    if out is None:
-        return w32
-    v = out[: vis.shape[0]]
-    v.copy_(w32)
-    return v
+    return _into(_masks.pack_bool_rows(vis, words), out)
 
 
 def qlen_only_to_bits(
@@ -270,9 +282,7 @@ def qlen_only_to_bits(
                          f"elements, has {mask.numel()}")
     if out is not None:
         _check_out(out, bs * n)
-    flat = mask.reshape(-1)[: bs * n * n]
-    vis = flat.reshape(bs * n, n) != 0
-    return pack_bool_rows(vis, words, out=out)
+    return _into(_masks._sglang_uniform_bits(mask, bs, n, words), out)
 
 
 def full_mask_to_bits(
@@ -307,18 +317,7 @@ def full_mask_to_bits(
                              f"{need} elements, has {mask.numel()}")
     if out is not None:
         _check_out(out, bs * n)
-    flat = mask.reshape(-1)
-    pre = seq_lens[:bs].to(device=flat.device, dtype=torch.int64)
-    sizes = n * (pre + n)
-    starts = torch.cumsum(sizes, 0) - sizes
-    rows = torch.arange(bs * n, device=flat.device, dtype=torch.int64)
-    r = rows // n
-    t = rows - r * n
-    base = starts[r] + t * (pre[r] + n) + pre[r]
-    cols = torch.arange(n, device=flat.device, dtype=torch.int64)
-    idx = (base.unsqueeze(1) + cols.unsqueeze(0)).clamp_(max=max(flat.numel() - 1, 0))
-    vis = flat[idx] != 0
-    return pack_bool_rows(vis, words, out=out)
+    return _into(_masks._sglang_uniform_bits(mask, bs, n, words, prefix_lens=seq_lens), out)
 
 
 def is_qlen_only_layout(mask: torch.Tensor, bs: int, n: int, own_buffer: Optional[torch.Tensor] = None) -> bool:
