@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "kernels/verify_attn.h"
@@ -52,6 +53,78 @@ template <typename T>
 uintptr_t ptr_get(T* p) {
   return reinterpret_cast<uintptr_t>(p);
 }
+
+// A va_plan handle owned by Python (destroyed with the object).
+class PlanHandle {
+ public:
+  PlanHandle(const va_params& p, const std::string& config, int grid_order, int early_release,
+             int q_tma, int o_tma, int max_smem_bytes) {
+    va_plan_options o;
+    va_plan_options_init(&o);
+    if (config.size() >= sizeof(o.config))
+      throw py::value_error("options.config: a tag of at most " +
+                            std::to_string(sizeof(o.config) - 1) + " characters (got '" + config +
+                            "')");
+    std::memcpy(o.config, config.c_str(), config.size() + 1);
+    o.grid_order = grid_order;
+    o.early_release = early_release;
+    o.q_tma = q_tma;
+    o.o_tma = o_tma;
+    o.max_smem_bytes = max_smem_bytes;
+    check(va_plan_create(&p, &o, &plan_), "va_plan_create");
+  }
+  ~PlanHandle() { va_plan_destroy(plan_); }
+  PlanHandle(const PlanHandle&) = delete;
+  PlanHandle& operator=(const PlanHandle&) = delete;
+
+  // One launch: device pointers as ints (0 = NULL), the workspace, the stream.
+  void run(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t out, uintptr_t lse, uintptr_t ws,
+           size_t ws_bytes, uintptr_t stream) const {
+    va_run_args r;
+    va_run_args_init(&r);
+    r.q = reinterpret_cast<const void*>(q);
+    r.k = reinterpret_cast<const void*>(k);
+    r.v = reinterpret_cast<const void*>(v);
+    r.out = reinterpret_cast<void*>(out);
+    r.lse = reinterpret_cast<float*>(lse);
+    r.workspace = reinterpret_cast<void*>(ws);
+    r.workspace_bytes = ws_bytes;
+    r.stream = reinterpret_cast<void*>(stream);
+    va_status s;
+    {
+      py::gil_scoped_release release;
+      s = va_plan_run(plan_, &r);
+    }
+    check(s, "va_plan_run");
+  }
+
+  py::dict info() const {
+    va_config_info info{};
+    check(va_plan_info(plan_, &info), "va_plan_info");
+    return info_dict(info);
+  }
+
+  static py::dict info_dict(const va_config_info& info) {
+    py::dict d;
+    d["name"] = std::string(info.name);
+    d["tile_m"] = info.tile_m;
+    d["tile_n"] = info.tile_n;
+    d["num_warps"] = info.num_warps;
+    d["num_stages"] = info.num_stages;
+    d["num_splits"] = info.num_splits;
+    d["smem_bytes"] = info.smem_bytes;
+    d["sm_arch"] = info.sm_arch;
+    d["workspace_bytes"] = info.workspace_bytes;
+    d["k_tma"] = info.k_tma != 0;
+    d["q_tma"] = info.q_tma != 0;
+    d["o_tma"] = info.o_tma != 0;
+    d["grid_rows_fastest"] = info.grid_rows_fastest != 0;
+    return d;
+  }
+
+ private:
+  va_plan* plan_ = nullptr;
+};
 
 }  // namespace
 
@@ -124,18 +197,27 @@ PYBIND11_MODULE(_C, m) {
       [](const va_params& p) {
         va_config_info info{};
         check(va_query_config(&p, &info), "va_query_config");
-        py::dict d;
-        d["name"] = std::string(info.name);
-        d["tile_m"] = info.tile_m;
-        d["tile_n"] = info.tile_n;
-        d["num_warps"] = info.num_warps;
-        d["num_stages"] = info.num_stages;
-        d["num_splits"] = info.num_splits;
-        d["smem_bytes"] = info.smem_bytes;
-        d["sm_arch"] = info.sm_arch;
-        return d;
+        return PlanHandle::info_dict(info);
       },
       py::arg("params"), "The kernel configuration va_attention would run.");
+
+  m.attr("AUTO") = static_cast<int>(VA_AUTO);
+  m.attr("ON") = static_cast<int>(VA_ON);
+  m.attr("OFF") = static_cast<int>(VA_OFF);
+  m.attr("GRID_AUTO") = static_cast<int>(VA_GRID_AUTO);
+  m.attr("GRID_ROWS") = static_cast<int>(VA_GRID_ROWS);
+  m.attr("GRID_REQUESTS") = static_cast<int>(VA_GRID_REQUESTS);
+
+  py::class_<PlanHandle>(m, "Plan",
+                         "va_plan of kernels/verify_attn.h: planned once per batch, run per layer.")
+      .def(py::init<const va_params&, const std::string&, int, int, int, int, int>(),
+           py::arg("params"), py::arg("config") = "", py::arg("grid_order") = 0,
+           py::arg("early_release") = 0, py::arg("q_tma") = 0, py::arg("o_tma") = 0,
+           py::arg("max_smem_bytes") = 0)
+      .def("run", &PlanHandle::run, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"),
+           py::arg("lse"), py::arg("workspace"), py::arg("workspace_bytes"), py::arg("stream"),
+           "va_plan_run (asynchronous, on `stream`).")
+      .def("info", &PlanHandle::info, "va_plan_info as a dict.");
 
   m.def(
       "scaled_copy",
@@ -160,6 +242,6 @@ PYBIND11_MODULE(_C, m) {
         "Comma-separated GPU archs compiled in, e.g. 'sm_90a,sm_120a'.");
   m.def("abi_version", []() { return va_abi_version(); });
   m.def("config_tags", []() { return std::string(va_config_tags()); },
-        "Comma-separated kernel configuration tags (VERIFY_ATTN_FORCE_CONFIG names).");
+        "Comma-separated kernel configuration tags (the names Plan's `config` takes).");
   m.def("status_name", [](int s) { return std::string(va_status_name(static_cast<va_status>(s))); });
 }

@@ -1,5 +1,6 @@
-// C-ABI entry points of the attention op: va_workspace_size, va_query_config,
-// va_attention. Everything checkable without reading device memory is
+// C-ABI entry points of the attention op: the plan handle (va_plan_create /
+// va_plan_run / va_plan_info / va_plan_destroy) and the one-shot calls on the
+// same path (va_workspace_size, va_query_config, va_attention). Everything checkable without reading device memory is
 // validated here, each failure naming the field first; nothing is launched on
 // bad input. No host synchronization and no allocation (graph-capturable).
 #include <cuda_runtime_api.h>
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <cstdint>
 #include <cstring>
+#include <new>
 
 #include "kernels/launch.h"
 #include "kernels/plan.h"
@@ -189,35 +191,45 @@ va_status check_no_overlap(int64_t s_tok, const char* tok_name, int64_t s_head, 
   return VA_OK;
 }
 
-// Buffers and strides (only when there is work to do).
-va_status validate_buffers(const va_params* p) {
-  const bool mla = p->v_is_k_prefix == 1;
-  const bool paged = p->kv_layout == VA_KV_PAGED;
-  VA_RETURN_IF(check_ptr16(p->q, "q"));
-  VA_RETURN_IF(check_ptr16(p->k, "k"));
+// The per-run pointers (va_run_args, or va_attention's own): q, k, out 16-byte
+// aligned, v too for MHA/GQA (MLA: NULL or k), lse 4-byte aligned or NULL.
+va_status validate_run_ptrs(bool mla, const void* q, const void* k, const void* v, const void* out,
+                            const float* lse) {
+  VA_RETURN_IF(check_ptr16(q, "q"));
+  VA_RETURN_IF(check_ptr16(k, "k"));
   if (mla) {
-    if (p->v != nullptr && p->v != p->k)
+    if (v != nullptr && v != k)
       return va_fail(VA_ERR_INVALID_VALUE,
-                     "v: must be NULL or equal to k when v_is_k_prefix = 1 (got %p, k = %p)", p->v,
-                     p->k);
+                     "v: must be NULL or equal to k when v_is_k_prefix = 1 (got %p, k = %p)", v, k);
   } else {
-    VA_RETURN_IF(check_ptr16(p->v, "v"));
+    VA_RETURN_IF(check_ptr16(v, "v"));
   }
-  VA_RETURN_IF(check_ptr16(p->out, "out"));
+  VA_RETURN_IF(check_ptr16(out, "out"));
+  if (lse != nullptr && !aligned(lse, 4))
+    return va_fail(VA_ERR_INVALID_STRIDE, "lse: must be 4-byte aligned (got %p)",
+                   static_cast<const void*>(lse));
+  return VA_OK;
+}
+
+// The pointers a plan binds for all its runs: indices, lengths, mask, error word.
+va_status validate_batch_ptrs(const va_params* p) {
   VA_RETURN_IF(check_ptr4(p->qo_indptr, "qo_indptr"));
   VA_RETURN_IF(check_ptr4(p->kv_indptr, "kv_indptr"));
-  if (paged) {
+  if (p->kv_layout == VA_KV_PAGED) {
     VA_RETURN_IF(check_ptr4(p->kv_indices, "kv_indices"));
     VA_RETURN_IF(check_ptr4(p->kv_len, "kv_len"));
   }
   if (p->mask_mode == VA_MASK_TREE) VA_RETURN_IF(check_ptr4(p->tree_mask, "tree_mask"));
-  if (p->lse != nullptr && !aligned(p->lse, 4))
-    return va_fail(VA_ERR_INVALID_STRIDE, "lse: must be 4-byte aligned (got %p)",
-                   static_cast<void*>(p->lse));
   if (p->error_word != nullptr && !aligned(p->error_word, 4))
     return va_fail(VA_ERR_INVALID_STRIDE, "error_word: must be 4-byte aligned (got %p)",
                    static_cast<void*>(p->error_word));
+  return VA_OK;
+}
 
+// Strides (only when there is work to do).
+va_status validate_strides(const va_params* p) {
+  const bool mla = p->v_is_k_prefix == 1;
+  const bool paged = p->kv_layout == VA_KV_PAGED;
   VA_RETURN_IF(check_stride(p->q_stride_token, "q_stride_token"));
   VA_RETURN_IF(check_stride(p->q_stride_head, "q_stride_head"));
   VA_RETURN_IF(check_stride(p->k_stride_token, "k_stride_token"));
@@ -247,10 +259,21 @@ va_status validate_buffers(const va_params* p) {
 
 bool is_empty(const va_params* p) { return p->batch_size == 0 || p->total_q == 0; }
 
-va_status plan_for(const va_params* p, Plan* plan) {
+// The plan of p's layout: its per-run pointers play no part (every run's are
+// aligned as validate_run_ptrs requires), so the decisions hold for any run.
+va_status plan_for(const va_params* p, const va_plan_options& opt, Plan* plan) {
   DeviceInfo dev;
   VA_RETURN_IF(query_device(&dev));
-  return make_plan(*p, dev, plan);
+  va_params layout = *p;
+  layout.q = layout.k = layout.v = nullptr;
+  layout.out = nullptr;
+  return make_plan(layout, dev, opt, plan);
+}
+
+va_plan_options default_options() {
+  va_plan_options o;
+  va_plan_options_init(&o);
+  return o;
 }
 
 KernelParams make_kernel_params(const va_params* p, const Plan& plan) {
@@ -302,63 +325,212 @@ KernelParams make_kernel_params(const va_params* p, const Plan& plan) {
   return kp;
 }
 
+// Fills `pl` (not yet a handle: va_attention keeps one on its stack) from p:
+// validation of everything but the per-run pointers, the plan, the kernel
+// parameters' template.
+va_status build_plan(const va_params* p, const va_plan_options& opt, bool plan_empty, va_plan* pl);
+
 }  // namespace
 }  // namespace verify_attn
 
-using namespace verify_attn;
+// A plan: the request (for the run's checks), the plan, the kernel parameters
+// of every run but its own pointers and tensor maps.
+struct va_plan {
+  verify_attn::Plan plan;
+  verify_attn::KernelParams kp;
+  int32_t dtype;
+  int32_t kv_layout;
+  bool mla;
+  bool has_lse;
+  bool empty;
+};
 
-extern "C" va_status va_workspace_size(const va_params* p, size_t* bytes) {
-  if (bytes == nullptr) return va_fail(VA_ERR_NULL_POINTER, "bytes: NULL");
-  *bytes = 0;
+namespace verify_attn {
+namespace {
+
+// plan_empty: an empty call (nothing to launch) still plans its shape, to
+// report the configuration it would use; else it needs no device at all.
+va_status build_plan(const va_params* p, const va_plan_options& opt, bool plan_empty, va_plan* pl) {
   VA_RETURN_IF(validate_config(p));
-  if (is_empty(p)) return va_ok();
-  Plan plan;
-  VA_RETURN_IF(plan_for(p, &plan));
-  *bytes = plan.workspace_bytes;
+  int forced = -1;
+  VA_RETURN_IF(check_plan_options(opt, &forced));
+  std::memset(pl, 0, sizeof(*pl));
+  pl->dtype = p->dtype;
+  pl->kv_layout = p->kv_layout;
+  pl->mla = p->v_is_k_prefix == 1;
+  pl->empty = is_empty(p);
+  if (pl->empty) {
+    if (!plan_empty) return VA_OK;
+    // No launch; the plan still checks the options and reports the
+    // configuration this shape would use (at least one draft row).
+    va_params shape = *p;
+    if (shape.max_q_len < 1) shape.max_q_len = 1;
+    VA_RETURN_IF(plan_for(&shape, opt, &pl->plan));
+    pl->plan.splits = 1;
+    pl->plan.workspace_bytes = 0;
+    pl->plan.ws_o_bytes = 0;
+    return VA_OK;
+  }
+  VA_RETURN_IF(validate_batch_ptrs(p));
+  if (p->lse != nullptr && !aligned(p->lse, 4))
+    return va_fail(VA_ERR_INVALID_STRIDE, "lse: must be 4-byte aligned (got %p)",
+                   static_cast<void*>(p->lse));
+  VA_RETURN_IF(validate_strides(p));
+  VA_RETURN_IF(plan_for(p, opt, &pl->plan));
+  pl->has_lse = p->lse != nullptr;
+  va_params tmpl = *p;
+  tmpl.q = tmpl.k = tmpl.v = nullptr;
+  tmpl.out = nullptr;
+  tmpl.lse = nullptr;
+  tmpl.workspace = nullptr;
+  pl->kp = make_kernel_params(&tmpl, pl->plan);
+  pl->kp.lse_stride_token = p->lse_stride_token;
+  pl->kp.lse_stride_head = p->lse_stride_head;
+  return VA_OK;
+}
+
+va_status run_plan(const va_plan* pl, const va_run_args* r) {
+  if (pl->empty) return va_ok();
+  VA_RETURN_IF(validate_run_ptrs(pl->mla, r->q, r->k, r->v, r->out, r->lse));
+  if (r->lse != nullptr && !pl->has_lse)
+    return va_fail(VA_ERR_INVALID_VALUE,
+                   "lse: the plan was made without lse (create it with an lse to get one)");
+  const Plan& plan = pl->plan;
+  if (plan.splits > 1) {
+    if (r->workspace == nullptr)
+      return va_fail(VA_ERR_WORKSPACE, "workspace: NULL but %zu bytes are needed (%d splits)",
+                     plan.workspace_bytes, plan.splits);
+    if (!aligned(r->workspace, 16))
+      return va_fail(VA_ERR_WORKSPACE, "workspace: must be 16-byte aligned (got %p)",
+                     r->workspace);
+    if (r->workspace_bytes < plan.workspace_bytes)
+      return va_fail(VA_ERR_WORKSPACE, "workspace_bytes: %zu needed (got %zu)",
+                     plan.workspace_bytes, r->workspace_bytes);
+  }
+  KernelParams kp = pl->kp;
+  kp.q = r->q;
+  kp.k = r->k;
+  kp.v = pl->mla ? r->k : r->v;
+  kp.out = r->out;
+  kp.lse = r->lse;
+  if (plan.splits > 1) {
+    kp.ws_o = static_cast<float*>(r->workspace);
+    kp.ws_lse = reinterpret_cast<float*>(static_cast<char*>(r->workspace) + plan.ws_o_bytes);
+  }
+  const va_status st = pl->kv_layout == VA_KV_PAGED
+                           ? launch_paged(kp, plan, pl->dtype, r->stream)
+                           : launch_flat(kp, plan, pl->dtype, r->stream);
+  if (st != VA_OK) return st;
   return va_ok();
 }
 
-extern "C" va_status va_query_config(const va_params* p, va_config_info* info) {
-  if (info == nullptr) return va_fail(VA_ERR_NULL_POINTER, "info: NULL");
-  std::memset(info, 0, sizeof(*info));
-  VA_RETURN_IF(validate_config(p));
-  // Even an empty call reports the configuration it would use for its shape.
-  va_params shape = *p;
-  if (shape.max_q_len < 1) shape.max_q_len = 1;
-  Plan plan;
-  VA_RETURN_IF(plan_for(&shape, &plan));
+void fill_info(const va_plan& pl, va_config_info* info) {
+  const Plan& plan = pl.plan;
   const ConfigDesc& d = config_desc(plan.config);
   std::snprintf(info->name, sizeof(info->name), "%s", plan.name);
   info->tile_m = d.m;
   info->tile_n = d.n;
   info->num_warps = d.warps;
   info->num_stages = d.stages;
-  info->num_splits = is_empty(p) ? 1 : plan.splits;
+  info->num_splits = plan.splits;
   info->smem_bytes = d.smem_bytes;
   info->sm_arch = plan.dev.sm_arch;
+  info->workspace_bytes = plan.workspace_bytes;
+  info->k_tma = d.k_tma ? 1 : 0;
+  info->q_tma = plan.q_tma ? 1 : 0;
+  info->o_tma = plan.o_tma ? 1 : 0;
+  info->grid_rows_fastest = plan.grid_rows_fastest ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace verify_attn
+
+using namespace verify_attn;
+
+extern "C" void va_plan_options_init(va_plan_options* o) {
+  if (o == nullptr) return;
+  std::memset(o, 0, sizeof(*o));
+  o->struct_size = sizeof(va_plan_options);
+}
+
+extern "C" void va_run_args_init(va_run_args* r) {
+  if (r == nullptr) return;
+  std::memset(r, 0, sizeof(*r));
+  r->struct_size = sizeof(va_run_args);
+}
+
+extern "C" va_status va_plan_create(const va_params* p, const va_plan_options* options,
+                                    va_plan** plan) {
+  if (plan == nullptr) return va_fail(VA_ERR_NULL_POINTER, "plan: NULL");
+  *plan = nullptr;
+  const va_plan_options opt = options != nullptr ? *options : default_options();
+  if (options != nullptr && options->struct_size != sizeof(va_plan_options))
+    return va_fail(VA_ERR_VERSION, "options.struct_size: expected %u (sizeof(va_plan_options)) (got %u)",
+                   static_cast<unsigned>(sizeof(va_plan_options)), options->struct_size);
+  va_plan* pl = new (std::nothrow) va_plan;
+  if (pl == nullptr) return va_fail(VA_ERR_INVALID_VALUE, "plan: out of host memory");
+  const va_status st = build_plan(p, opt, /*plan_empty=*/true, pl);
+  if (st != VA_OK) {
+    delete pl;
+    return st;
+  }
+  *plan = pl;
+  return va_ok();
+}
+
+extern "C" va_status va_plan_run(const va_plan* plan, const va_run_args* run) {
+  if (plan == nullptr) return va_fail(VA_ERR_NULL_POINTER, "plan: NULL");
+  if (run == nullptr) return va_fail(VA_ERR_NULL_POINTER, "run: NULL");
+  if (run->struct_size != sizeof(va_run_args))
+    return va_fail(VA_ERR_VERSION, "run.struct_size: expected %u (sizeof(va_run_args)) (got %u)",
+                   static_cast<unsigned>(sizeof(va_run_args)), run->struct_size);
+  return run_plan(plan, run);
+}
+
+extern "C" void va_plan_destroy(va_plan* plan) { delete plan; }
+
+extern "C" va_status va_plan_info(const va_plan* plan, va_config_info* info) {
+  if (info == nullptr) return va_fail(VA_ERR_NULL_POINTER, "info: NULL");
+  std::memset(info, 0, sizeof(*info));
+  if (plan == nullptr) return va_fail(VA_ERR_NULL_POINTER, "plan: NULL");
+  fill_info(*plan, info);
+  return va_ok();
+}
+
+extern "C" va_status va_workspace_size(const va_params* p, size_t* bytes) {
+  if (bytes == nullptr) return va_fail(VA_ERR_NULL_POINTER, "bytes: NULL");
+  *bytes = 0;
+  va_plan pl;
+  VA_RETURN_IF(build_plan(p, default_options(), /*plan_empty=*/false, &pl));
+  *bytes = pl.plan.workspace_bytes;
+  return va_ok();
+}
+
+extern "C" va_status va_query_config(const va_params* p, va_config_info* info) {
+  if (info == nullptr) return va_fail(VA_ERR_NULL_POINTER, "info: NULL");
+  std::memset(info, 0, sizeof(*info));
+  va_plan pl;
+  VA_RETURN_IF(build_plan(p, default_options(), /*plan_empty=*/true, &pl));
+  fill_info(pl, info);
   return va_ok();
 }
 
 extern "C" va_status va_attention(const va_params* p) {
+  // The call's own pointers first: a bad one fails before the device is asked.
   VA_RETURN_IF(validate_config(p));
-  if (is_empty(p)) return va_ok();
-  VA_RETURN_IF(validate_buffers(p));
-  Plan plan;
-  VA_RETURN_IF(plan_for(p, &plan));
-  if (plan.splits > 1) {
-    if (p->workspace == nullptr)
-      return va_fail(VA_ERR_WORKSPACE, "workspace: NULL but %zu bytes are needed (%d splits)",
-                     plan.workspace_bytes, plan.splits);
-    if (!aligned(p->workspace, 16))
-      return va_fail(VA_ERR_WORKSPACE, "workspace: must be 16-byte aligned (got %p)",
-                     p->workspace);
-    if (p->workspace_bytes < plan.workspace_bytes)
-      return va_fail(VA_ERR_WORKSPACE, "workspace_bytes: %zu needed (got %zu)",
-                     plan.workspace_bytes, p->workspace_bytes);
-  }
-  const KernelParams kp = make_kernel_params(p, plan);
-  const va_status st = p->kv_layout == VA_KV_PAGED ? launch_paged(kp, plan, p->dtype, p->stream)
-                                                   : launch_flat(kp, plan, p->dtype, p->stream);
-  if (st != VA_OK) return st;
-  return va_ok();
+  if (!is_empty(p))
+    VA_RETURN_IF(validate_run_ptrs(p->v_is_k_prefix == 1, p->q, p->k, p->v, p->out, p->lse));
+  va_plan pl;
+  VA_RETURN_IF(build_plan(p, default_options(), /*plan_empty=*/false, &pl));
+  va_run_args r;
+  va_run_args_init(&r);
+  r.q = p->q;
+  r.k = p->k;
+  r.v = p->v;
+  r.out = p->out;
+  r.lse = p->lse;
+  r.workspace = p->workspace;
+  r.workspace_bytes = p->workspace_bytes;
+  r.stream = p->stream;
+  return run_plan(&pl, &r);
 }

@@ -104,44 +104,29 @@ va_status launch_kernel(const KernelParams& kp, const Plan& plan, int dtype, voi
 
 template <class Shape, typename DT, class Loader>
 va_status launch_one(const KernelParams& kp, const Plan& plan, int dtype, void* stream) {
-  if constexpr (!uses_tma<Shape>()) {
-    if constexpr (Shape::kWgmma) {
-      // The sm_90a cp.async kernel (page_size 1, flat caches): Q and the
-      // unsplit output by TMA where their maps can describe q / out
-      // (kernels/sm90/tma_host.h), K by cp.async.
-      KernelParams kp_q = kp;
-      const va_status st = encode_q_o_tmaps_checked(&kp_q, dtype);
-      if (st != VA_OK) return st;
-      return launch_kernel<Shape, DT, Loader>(kp_q, plan, dtype, stream);
-    } else {
-      return launch_kernel<Shape, DT, Loader>(kp, plan, dtype, stream);
-    }
+  if constexpr (!Shape::kWgmma) {
+    return launch_kernel<Shape, DT, Loader>(kp, plan, dtype, stream);
   } else if constexpr (Shape::kRowsGather && !Loader::kPaged) {
     // Never planned (kernels/plan.cc: page_size 1 only); not compiled for flat caches.
     return va_fail(VA_ERR_UNSUPPORTED, "kv_layout: the rows-map TMA configuration needs a paged cache");
   } else {
-    // The K tensor map goes into a copy of the parameters (the caller's stay
-    // as they are): flat caches (each tile 64 consecutive rows) and kRowsGather
-    // (page_size 1 planned for a kv_slot_runs hint: each tile boxed when its
-    // slots are consecutive, else gathered) through the map of the cache's
-    // rows, paged caches (page_size % 64 == 0) through the page map
-    // (kernels/sm90/tma_host.h). The plan picks TMA only for caches these
-    // maps' rules accept (kernels/plan.cc); should the driver still refuse a
-    // map, the cp.async kernel (same tile shape, splits and workspace) runs,
-    // or, with VERIFY_ATTN_REQUIRE_K_TMA=1, an error (a refused page map's
-    // message, just recorded by encode_k_tmap, goes into it).
-    constexpr bool kRowsMap = !Loader::kPaged || Shape::kRowsGather;
+    // The tensor maps go into a copy of the parameters (the caller's stay as
+    // they are). K, for the TMA kernel: flat caches (each tile 64 consecutive
+    // rows) and kRowsGather (page_size 1 planned for a kv_slot_runs hint: each
+    // tile boxed when its slots are consecutive, else gathered) through the
+    // map of the cache's rows, paged caches (page_size % 64 == 0) through the
+    // page map. Q and the unsplit output where the plan took their maps
+    // (Plan::q_tma / o_tma). The plan chose all of them by the maps' own rules
+    // (kernels/plan.cc), so an encoding the driver refuses is an error, never a
+    // silent change of kernel.
     KernelParams kp_tma = kp;
-    const bool ok = kRowsMap ? encode_k_rows_tmap(&kp_tma, dtype, /*paged=*/Loader::kPaged)
-                             : encode_k_tmap(&kp_tma, dtype) == VA_OK;
-    if (!ok) {
-      const va_status req = kRowsMap ? k_tmap_fallback_status(kp, "rows")
-                                     : k_tmap_fallback_status(kp, "page", va_last_error_message());
-      if (req != VA_OK) return req;
-      return launch_config<kCfgMlaWgmmaM64N64PR, Loader>(kp, plan, dtype, stream);
+    if constexpr (uses_tma<Shape>()) {
+      constexpr bool kRowsMap = !Loader::kPaged || Shape::kRowsGather;
+      const va_status ks = kRowsMap ? encode_k_rows_tmap(&kp_tma, dtype, /*paged=*/Loader::kPaged)
+                                    : encode_k_tmap(&kp_tma, dtype);
+      if (ks != VA_OK) return ks;
     }
-    // Q and the unsplit output by TMA too where their maps allow it.
-    const va_status st = encode_q_o_tmaps_checked(&kp_tma, dtype);
+    const va_status st = encode_q_o_tmaps(&kp_tma, plan, dtype);
     if (st != VA_OK) return st;
     return launch_kernel<Shape, DT, Loader>(kp_tma, plan, dtype, stream);
   }

@@ -7,7 +7,6 @@
 #include <atomic>
 #include <mutex>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <cstdio>
@@ -25,13 +24,22 @@ constexpr int tile_granule() {
   return S::kWgmma ? 2 : 1;
 }
 
+template <class S>
+constexpr bool k_by_tma() {
+  if constexpr (S::kWgmma) {
+    return S::kSeesawTma;
+  } else {
+    return false;
+  }
+}
+
 template <int ID>
 constexpr ConfigDesc make_desc(const char* tag) {
   using S = typename ConfigShape<ID>::type;
   return ConfigDesc{tag,          S::kVIsK,      S::kDqk,   S::kDv,
                     S::kM,        S::kN,         S::kWarps, S::kStages,
                     S::kSmemBytes, S::kMinBlocks, S::kWgmma ? 90 : 0, S::kWgmma,
-                    tile_granule<S>(), S::kRowsGrid};
+                    tile_granule<S>(), S::kRowsGrid, k_by_tma<S>()};
 }
 
 const ConfigDesc kDescs[kNumConfigs] = {
@@ -101,25 +109,6 @@ bool layout_ok(int id, const va_params& p) {
   if (id == kCfgMlaWgmmaSeesawTma) return tma_k_cache_ok(p);
   if (id == kCfgMlaWgmmaSeesawRows) return rows_hint_ok(p);
   return true;
-}
-
-// An A/B and test knob of two values read from the environment: *value = 1
-// for `on`, 0 for `off`, unchanged when unset or empty; anything else fails
-// with VA_ERR_INVALID_VALUE naming the knob (make_plan reads its knobs first,
-// so a bad one fails before anything is planned).
-va_status read_switch_knob(const char* name, const char* on, const char* off, int* value) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return VA_OK;
-  if (std::strcmp(v, on) == 0) {
-    *value = 1;
-  } else if (std::strcmp(v, off) == 0) {
-    *value = 0;
-  } else {
-    return va_fail(VA_ERR_INVALID_VALUE,
-                   "%s: '%.32s' is neither '%s' nor '%s' (unset it for the plan's default)", name, v,
-                   on, off);
-  }
-  return VA_OK;
 }
 
 }  // namespace
@@ -227,23 +216,50 @@ int choose_splits(int64_t base_ctas, int64_t kv_tiles, int num_sms, int ctas_per
   return best;
 }
 
-va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
-  // The grid's order (read first: a bad knob fails before anything is planned).
-  // On the sm_90a MLA kernels a request's row tiles are adjacent in launch
-  // order (grid_coord, kernels/plan.h) whenever grid y can hold the requests:
-  // the CTAs that read the same KV tiles then run in the same wave, and the
-  // tiles come from L2 for all but the first of them. The portable kernels keep
-  // the request-major grid (no gain measured on GQA).
-  // VERIFY_ATTN_GRID_ORDER=requests (A/B and test knob) keeps it everywhere.
-  int rows_knob = -1;  // 1: rows, 0: requests, -1: unset (the default, rows)
-  va_status st = read_switch_knob("VERIFY_ATTN_GRID_ORDER", "rows", "requests", &rows_knob);
-  if (st != VA_OK) return st;
-  const bool rows_fastest = rows_knob != 0;
-  // The TMA kernel's early release of stage 0 blocks 0-3 (Plan::early_a0_release):
-  // VERIFY_ATTN_EARLY_A0=1 / 0 forces it on / off (A/B and test knob).
-  int early_a0 = -1;  // -1: the plan's rule
-  st = read_switch_knob("VERIFY_ATTN_EARLY_A0", "1", "0", &early_a0);
-  if (st != VA_OK) return st;
+va_status check_plan_options(const va_plan_options& opt, int* forced_config) {
+  if (opt.struct_size != sizeof(va_plan_options))
+    return va_fail(VA_ERR_VERSION, "options.struct_size: expected %u (sizeof(va_plan_options)) (got %u)",
+                   static_cast<unsigned>(sizeof(va_plan_options)), opt.struct_size);
+  if (opt.grid_order < VA_GRID_AUTO || opt.grid_order > VA_GRID_REQUESTS)
+    return va_fail(VA_ERR_INVALID_VALUE,
+                   "options.grid_order: must be VA_GRID_AUTO, VA_GRID_ROWS or VA_GRID_REQUESTS (got %d)",
+                   opt.grid_order);
+  const struct { int32_t v; const char* name; } switches[] = {
+      {opt.early_release, "options.early_release"}, {opt.q_tma, "options.q_tma"}, {opt.o_tma, "options.o_tma"}};
+  for (const auto& sw : switches)
+    if (sw.v < VA_AUTO || sw.v > VA_OFF)
+      return va_fail(VA_ERR_INVALID_VALUE, "%s: must be VA_AUTO, VA_ON or VA_OFF (got %d)", sw.name, sw.v);
+  if (opt.max_smem_bytes < 0)
+    return va_fail(VA_ERR_INVALID_VALUE, "options.max_smem_bytes: must be >= 0 (got %d)",
+                   opt.max_smem_bytes);
+  const size_t tag_len = strnlen(opt.config, sizeof(opt.config));
+  if (tag_len == sizeof(opt.config))
+    return va_fail(VA_ERR_INVALID_VALUE, "options.config: not NUL-terminated within %zu bytes",
+                   sizeof(opt.config));
+  *forced_config = -1;
+  if (tag_len > 0) {
+    for (int id = 0; id < kNumConfigs; ++id)
+      if (std::strcmp(kDescs[id].tag, opt.config) == 0) *forced_config = id;
+    if (*forced_config < 0)
+      return va_fail(VA_ERR_INVALID_VALUE,
+                     "options.config: unknown configuration tag '%.48s' (name one of: %s)",
+                     opt.config, va_config_tags());
+  }
+  return VA_OK;
+}
+
+va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_options& opt,
+                    Plan* plan) {
+  // The options first: a bad one fails before anything is planned.
+  int forced = -1;
+  {
+    const va_status ost = check_plan_options(opt, &forced);
+    if (ost != VA_OK) return ost;
+  }
+  // Shared memory per block the plan may use: the device's, or less when the
+  // options plan for a smaller device (sm_120's 101,376 bytes on an sm_90 card).
+  const int smem_cap = opt.max_smem_bytes > 0 ? std::min(dev.max_smem_optin, opt.max_smem_bytes)
+                                              : dev.max_smem_optin;
   const bool mla = p.v_is_k_prefix == 1;
   const int group = p.num_qo_heads / p.num_kv_heads;
   const int64_t rows_max = static_cast<int64_t>(std::max(p.max_q_len, 1)) * group;
@@ -274,31 +290,17 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
     cands[n++] = kCfgGqa256M64N32S1;
   }
   int chosen = -1;
-  // Tuning knob (benchmarks only): VERIFY_ATTN_FORCE_CONFIG=<tag> (e.g.
-  // mla_m32n32_s1) puts that configuration first when it serves this layout
-  // (else the usual choice runs); a tag that names no configuration is an
-  // error, not silently the usual choice. Empty: unset.
-  const char* force = std::getenv("VERIFY_ATTN_FORCE_CONFIG");
-  if (force && *force) {
-    bool known = false;
-    for (int id = 0; id < kNumConfigs; ++id) known = known || std::strcmp(kDescs[id].tag, force) == 0;
-    if (!known)
-      return va_fail(VA_ERR_INVALID_VALUE,
-                     "VERIFY_ATTN_FORCE_CONFIG: unknown configuration tag '%.64s' (unset it or "
-                     "name one of: %s)",
-                     force, va_config_tags());
-    for (int id = 0; id < kNumConfigs; ++id) {
-      const ConfigDesc& fd = kDescs[id];
-      const bool serves = fd.mla == mla && (mla || fd.head_dim_qk == p.head_dim_qk);
-      const bool arch_ok =
-          fd.only_arch == 0 || (fd.only_arch == dev.sm_arch && (!fd.wgmma || built_sm90a()));
-      if (serves && arch_ok && layout_ok(id, p) && std::strcmp(fd.tag, force) == 0 &&
-          fd.smem_bytes <= dev.max_smem_optin)
-        chosen = id;
-    }
+  // options.config: that configuration when it serves this call (else the
+  // rules below choose).
+  if (forced >= 0) {
+    const ConfigDesc& fd = kDescs[forced];
+    const bool serves = fd.mla == mla && (mla || fd.head_dim_qk == p.head_dim_qk);
+    const bool arch_ok =
+        fd.only_arch == 0 || (fd.only_arch == dev.sm_arch && (!fd.wgmma || built_sm90a()));
+    if (serves && arch_ok && layout_ok(forced, p) && fd.smem_bytes <= smem_cap) chosen = forced;
   }
   for (int i = 0; i < n && chosen < 0; ++i) {
-    if (kDescs[cands[i]].smem_bytes <= dev.max_smem_optin) {
+    if (kDescs[cands[i]].smem_bytes <= smem_cap) {
       chosen = cands[i];
       break;
     }
@@ -307,7 +309,7 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
     return va_fail(VA_ERR_UNSUPPORTED,
                    "device: no tile configuration fits %d bytes of shared memory per block "
                    "(sm_%d; smallest needs %d)",
-                   dev.max_smem_optin, dev.sm_arch, kDescs[cands[n - 1]].smem_bytes);
+                   smem_cap, dev.sm_arch, kDescs[cands[n - 1]].smem_bytes);
   }
   const ConfigDesc& d = kDescs[chosen];
 
@@ -326,7 +328,7 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
     // Resident CTAs per SM: what the kernel is compiled to fit (registers,
     // __launch_bounds__ min blocks), bounded by shared memory (the per-SM
     // pool is about the per-block opt-in limit + 1 KB).
-    const int by_smem = (dev.max_smem_optin + 1024) / (d.smem_bytes + 1024);
+    const int by_smem = (smem_cap + 1024) / (d.smem_bytes + 1024);
     const int per_sm = std::max(1, std::min(by_smem, d.min_blocks));
     splits = choose_splits(ctas, kv_tiles, dev.num_sms, per_sm, d.tile_granule);
   }
@@ -350,10 +352,23 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan) {
   // then in flight while tile B lands. Where several row tiles share a
   // request's KV the tiles mostly come from L2 and the early release does not
   // pay (mixed measurements, BENCHMARKS.md).
-  plan->early_a0_release = seesaw && (early_a0 >= 0 ? early_a0 == 1 : row_tiles == 1);
-  // (The order's rule: at the top of this function.)
-  plan->grid_rows_fastest =
-      rows_fastest && d.rows_grid && static_cast<int64_t>(p.batch_size) * p.num_kv_heads <= 65535;
+  plan->early_a0_release =
+      seesaw && (opt.early_release == VA_AUTO ? row_tiles == 1 : opt.early_release == VA_ON);
+  // On the sm_90a MLA kernels a request's row tiles are adjacent in launch
+  // order (grid_coord, kernels/plan.h) whenever grid y can hold the requests:
+  // the CTAs that read the same KV tiles then run in the same wave, and the
+  // tiles come from L2 for all but the first of them. The portable kernels keep
+  // the request-major grid (no gain measured on GQA).
+  plan->grid_rows_fastest = opt.grid_order != VA_GRID_REQUESTS && d.rows_grid &&
+                            static_cast<int64_t>(p.batch_size) * p.num_kv_heads <= 65535;
+  // Q and the unsplit output through tensor maps on the sm_90a MLA kernels
+  // where the maps can describe q / out: one bulk copy per 8 KB block instead
+  // of 16-byte copies by every consumer thread.
+  plan->q_tma = d.wgmma && opt.q_tma != VA_OFF &&
+                folded_rows_map_ok(p.q, 576, p.total_q, p.q_stride_token, p.q_stride_head, group);
+  plan->o_tma = d.wgmma && splits == 1 && opt.o_tma != VA_OFF &&
+                folded_rows_map_ok(p.out, 512, p.total_q, p.out_stride_token, p.out_stride_head,
+                                   group);
   plan->ws_rows = static_cast<int64_t>(p.total_q) * p.num_qo_heads;
   if (splits > 1) {
     plan->ws_o_bytes = static_cast<size_t>(splits) * plan->ws_rows * p.head_dim_vo * sizeof(float);

@@ -131,6 +131,18 @@ inline bool rows_map_ok(const void* k, int64_t stride, int64_t rows) {
          (stride * 2) % 16 == 0 && rows >= 1 && rows <= 0x7fffffff && rows < lim / stride;
 }
 
+// The rules of the sm_90a MLA kernels' Q and output maps (kernels/sm90/tma_host.h,
+// encode_folded_rows_map): a [total_q][heads][width] tensor whose box is one
+// CTA's 64 folded rows, so G (heads per KV head) divides 64 or 64 divides G,
+// and a 16-byte aligned base and strides (the copy engine's rules). The plan
+// asks it with a NULL base (every run's pointers are 16-byte aligned).
+inline bool folded_rows_map_ok(const void* base, int width, int64_t total_q, int64_t stride_token,
+                               int64_t stride_head, int G) {
+  return G > 0 && (G % 64 == 0 || 64 % G == 0) && total_q > 0 &&
+         reinterpret_cast<uintptr_t>(base) % 16 == 0 && stride_head >= width &&
+         stride_head % 8 == 0 && stride_token % 8 == 0;  // 16-byte strides of 2-byte elements
+}
+
 // Every configuration below is planned by some (arch, layout, shape) rule of
 // make_plan (kernels/plan.cc; kernels/tests/plan_test.cc walks them).
 enum ConfigId : int {
@@ -170,6 +182,7 @@ struct ConfigDesc {
   bool wgmma;      // the sm_90a warpgroup-MMA path (plan name "wgmma_..." instead of "mma_sync_...")
   int tile_granule;  // KV tiles a CTA takes at a time, for choose_splits (2: sm_90a tile pairs)
   bool rows_grid;    // the kernel can run the rows-first grid (TileShape*::kRowsGrid)
+  bool k_tma;        // K tiles by bulk tensor copies (the sm_90a TMA kernel)
 };
 const ConfigDesc& config_desc(ConfigId id);
 
@@ -264,12 +277,17 @@ struct Plan {
   // Hkv + kv head, row tile, split): a request's row tiles adjacent in launch
   // order (grid_coord). For the configurations that can run it
   // (ConfigDesc::rows_grid: the sm_90a MLA kernels) whenever batch_size * Hkv
-  // <= 65535 (grid y's limit), unless VERIFY_ATTN_GRID_ORDER=requests.
+  // <= 65535 (grid y's limit), unless the options ask for VA_GRID_REQUESTS.
   bool grid_rows_fastest;
   // The sm_90a TMA kernel releases stage 0's blocks 0-3 for refill right after
   // consumer 0's P_A V_A[:, L] (kernels/sm90/mla_seesaw_kernel.cuh): when a
-  // request's rows fit one row tile (plan.cc), or VERIFY_ATTN_EARLY_A0=1 / 0.
+  // request's rows fit one row tile (plan.cc), or as the options say.
   bool early_a0_release;
+  // The sm_90a MLA kernels' Q tile by a bulk tensor copy and their unsplit
+  // output by bulk tensor stores (kernels/sm90/tma_host.h), where the maps can
+  // describe q / out (folded_rows_map_ok) and the options do not turn them off.
+  bool q_tma;
+  bool o_tma;
   int64_t ws_rows;       // total_q * num_qo_heads (rows of the partial arrays)
   size_t ws_o_bytes;     // splits * ws_rows * Dv * 4 (0 when splits == 1)
   size_t workspace_bytes;
@@ -290,9 +308,17 @@ inline void launch_grid(const Plan& plan, bool rows_fastest, int batch_size, int
 }
 
 // `p` must have passed the scalar validation of capi_attention.cc (dims,
-// heads, max_q_len, ...). Fails with VA_ERR_UNSUPPORTED when no config fits
-// the device or the device arch is not built.
-va_status make_plan(const va_params& p, const DeviceInfo& dev, Plan* plan);
+// heads, max_q_len, ...); its pointers may be NULL (a plan's runs pass their
+// own, 16-byte aligned). `opt` as va_plan_options_init leaves it: the plan's
+// rules. Fails with VA_ERR_UNSUPPORTED when no config fits the device or the
+// device arch is not built, VA_ERR_INVALID_VALUE for a bad option.
+va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_options& opt,
+                    Plan* plan);
+
+// The options' own checks (make_plan runs them first; the C-ABI runs them
+// before asking for the device): VA_ERR_VERSION / VA_ERR_INVALID_VALUE naming
+// the field. *forced_config: the configuration options.config names, or -1.
+va_status check_plan_options(const va_plan_options& opt, int* forced_config);
 
 // Split-K count for `base_ctas` CTAs (requests x KV heads x row tiles) over a
 // row tile's `kv_tiles` KV tiles, `ctas_per_sm` resident per SM, the kernel

@@ -59,7 +59,7 @@
 extern "C" {
 #endif
 
-#define VA_ABI_VERSION 2  /* 2: va_params.kv_slot_runs */
+#define VA_ABI_VERSION 3  /* 3: plan handles (va_plan_*), va_plan_options, va_run_args */
 
 typedef enum va_status {
   VA_OK = 0,
@@ -171,15 +171,100 @@ typedef struct va_config_info {
   int32_t num_splits;        /* split-K count chosen */
   int32_t smem_bytes;        /* dynamic shared memory per block */
   int32_t sm_arch;           /* device major*10+minor */
+  size_t workspace_bytes;    /* workspace every run needs (0 when unsplit) */
+  int32_t k_tma;             /* 1: K tiles by bulk tensor copies (the sm_90a TMA kernel) */
+  int32_t q_tma;             /* 1: Q by a bulk tensor copy (sm_90a MLA kernels) */
+  int32_t o_tma;             /* 1: the unsplit output stored by bulk tensor copies */
+  int32_t grid_rows_fastest; /* 1: the grid (row tile, request * Hkv + kv head, split) */
 } va_config_info;
 
 void va_params_init(va_params* p);
+
+/* Tuning choices of a plan, for benchmarks, A/B runs and tests: each field at
+ * its va_plan_options_init() value leaves the choice to the plan's rules
+ * (kernels/plan.cc). The library reads no environment variable to choose a
+ * kernel: these are the only overrides. */
+typedef enum va_switch { VA_AUTO = 0, VA_ON = 1, VA_OFF = 2 } va_switch;
+typedef enum va_grid_order {
+  VA_GRID_AUTO = 0,     /* the plan's rule (a request's row tiles adjacent on the sm_90a MLA kernels) */
+  VA_GRID_ROWS = 1,     /* (row tile, request * Hkv + kv head, split) where the kernel can run it */
+  VA_GRID_REQUESTS = 2  /* (request * Hkv + kv head, row tile, split) everywhere */
+} va_grid_order;
+typedef struct va_plan_options {
+  uint32_t struct_size;  /* sizeof(va_plan_options), set by va_plan_options_init */
+  /* "" = the plan's choice; else a tag of va_config_tags(): that configuration
+     when it serves the call (its kind, head dims, arch, cache layout and the
+     shared memory) and the plan's choice otherwise; a tag that names no
+     configuration is VA_ERR_INVALID_VALUE. va_plan_info names what runs. */
+  char config[48];
+  int32_t grid_order;     /* va_grid_order */
+  int32_t early_release;  /* va_switch: the TMA kernel's early refill of stage 0 blocks 0-3 */
+  int32_t q_tma;          /* va_switch: VA_OFF = Q by cp.async on the sm_90a MLA kernels */
+  int32_t o_tma;          /* va_switch: VA_OFF = the unsplit output stored from registers */
+  int32_t max_smem_bytes; /* 0 = the device's; else plan as if the device had at most this
+                             much shared memory per block (101376: sm_120's configuration
+                             choice, measurable on an sm_90 card) */
+} va_plan_options;
+
+void va_plan_options_init(va_plan_options* o);
+
+/* A plan: everything a call decides on the host (validation, the kernel, the
+ * split-K count, the workspace, the tensor-map choices), made once per batch
+ * and run once per layer. Create it from a va_params that describes the batch
+ * (indices, lengths, mask, heads, dims, dtype, page size, bounds) and the
+ * layout every run keeps (the strides of q, k, v, out, lse and the cache's
+ * num_pages / num_kv_rows). Its pointers q, k, v, out, lse, workspace and
+ * stream may be NULL at creation: each run passes its own (va_run_args). The
+ * index pointers (qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask) and
+ * error_word are bound at creation: update their contents, not their address.
+ * lse: a plan created with lse == NULL never writes one; with a non-NULL lse
+ * (any 4-byte aligned address: only its strides are kept) every run may pass
+ * an lse or NULL. The handle is the caller's: va_plan_destroy frees it. A plan
+ * may be run from several threads at once (va_plan_run reads it only). */
+typedef struct va_plan va_plan;
+
+/* Per-layer arguments of va_plan_run: device pointers with the plan's strides
+ * (16-byte aligned q, k, v, out; 4-byte aligned lse), the workspace (at least
+ * va_config_info.workspace_bytes, 16-byte aligned, NULL when that is 0) and the
+ * stream (cudaStream_t, NULL = the legacy default stream). MLA: v NULL or == k. */
+typedef struct va_run_args {
+  uint32_t struct_size;  /* sizeof(va_run_args), set by va_run_args_init */
+  const void* q;
+  const void* k;
+  const void* v;
+  void* out;
+  float* lse;
+  void* workspace;
+  size_t workspace_bytes;
+  void* stream;
+} va_run_args;
+
+void va_run_args_init(va_run_args* r);
+
+/* Validate p (as va_attention does, but its per-run pointers may be NULL),
+ * plan it on the current device with `options` (NULL = defaults) and return
+ * the handle in *plan (NULL on failure). No device memory is read, nothing is
+ * launched; the empty call (batch_size 0 or total_q 0) gives a plan whose runs
+ * launch nothing. */
+va_status va_plan_create(const va_params* p, const va_plan_options* options, va_plan** plan);
+
+/* Launch one call of the plan on run->stream: no planning, no allocation, no
+ * host synchronization (graph-capturable). Checks only the run's pointers
+ * (NULL, alignment, the MLA value rule) and the workspace. */
+va_status va_plan_run(const va_plan* plan, const va_run_args* run);
+
+/* NULL is a no-op. */
+void va_plan_destroy(va_plan* plan);
 
 /* Bytes of workspace the call described by p needs (0 when unsplit). */
 va_status va_workspace_size(const va_params* p, size_t* bytes);
 
 /* Which configuration va_attention would run for p on the current device. */
 va_status va_query_config(const va_params* p, va_config_info* info);
+
+/* What the plan runs (the same fields as va_query_config; num_splits 1 for an
+ * empty plan). */
+va_status va_plan_info(const va_plan* plan, va_config_info* info);
 
 /* Launch on p->stream. Asynchronous; no host synchronization. On sm_90 the MLA
  * kernels are programmatic dependent launches (CUDA Programming Guide,
@@ -206,8 +291,8 @@ const char* va_compiled_archs(void);
 /* ABI version of the library (compare with VA_ABI_VERSION). */
 int32_t va_abi_version(void);
 /* Comma-separated tags of every kernel configuration, in the plan's order,
- * e.g. "mla_m32n32_s1,...,mla_wgmma_seesaw_tma,mla_wgmma_seesaw_tma_rows": the names the benchmark's
- * VERIFY_ATTN_FORCE_CONFIG knob takes (any other is VA_ERR_INVALID_VALUE). */
+ * e.g. "mla_m32n32_s1,...,mla_wgmma_seesaw_tma,mla_wgmma_seesaw_tma_rows": the names
+ * va_plan_options.config takes (any other is VA_ERR_INVALID_VALUE). */
 const char* va_config_tags(void);
 
 #ifdef __cplusplus

@@ -90,17 +90,18 @@ device)
     # block, which an mbarrier (empty -> full) orders and racecheck does not
     # model (see BENCHMARKS.md, "sm_90a path").
     # initcheck runs the TMA kernel with its unsplit output stored from
-    # registers (VERIFY_ATTN_O_TMA=0): initcheck does not see the copy engine's
+    # registers (--o_tma=off): initcheck does not see the copy engine's
     # stores, so every later read of a TMA-stored output row is reported as
     # uninitialized (BENCHMARKS.md, "sm_90a path"); memcheck / synccheck run
     # the TMA stores.
     for tool in ${SANITIZERS:-memcheck racecheck initcheck synccheck}; do
-      force=""; o_tma=1
+      force=""; o_tma=on
       [[ "$tool" == racecheck ]] && force="mla_m32n32_s1"
-      [[ "$tool" == initcheck ]] && o_tma=0
-      (cd /tmp && VERIFY_ATTN_FORCE_CONFIG="$force" VERIFY_ATTN_O_TMA="$o_tma" PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
+      [[ "$tool" == initcheck ]] && o_tma=off
+      (cd /tmp && PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
           compute-sanitizer --tool "$tool" --error-exitcode 3 \
-          "$PY" "$ROOT/tools/checks/sanitize_cases.py" > "$LOG/sanitizer_$tool.full.log" 2>&1; rc=$?; \
+          "$PY" "$ROOT/tools/checks/sanitize_cases.py" --config="$force" --o_tma="$o_tma" \
+          > "$LOG/sanitizer_$tool.full.log" 2>&1; rc=$?; \
           grep -E "^(ok|FAIL|seed)" "$LOG/sanitizer_$tool.full.log"; \
           tail -n 5 "$LOG/sanitizer_$tool.full.log" | tee "$LOG/sanitizer_$tool.log"; exit $rc) || status=1
     done

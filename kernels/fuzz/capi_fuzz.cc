@@ -217,6 +217,46 @@ void check_status(va_status s, const char* call) {
 
 bool is_empty(const va_params& p) { return p.batch_size == 0 || p.total_q == 0; }
 
+// Plan options: mostly valid (a known tag or none, in-range switches), sometimes not.
+va_plan_options fuzz_options(FuzzedDataProvider& f) {
+  va_plan_options o;
+  va_plan_options_init(&o);
+  if (f.ConsumeIntegralInRange<int>(0, 15) == 0) o.struct_size = f.ConsumeIntegral<uint32_t>();
+  switch (f.ConsumeIntegralInRange<int>(0, 3)) {
+    case 0:
+      break;  // the plan's choice
+    case 1: {
+      const std::string tags = va_config_tags();
+      std::vector<std::string> list;
+      size_t a = 0;
+      while (a <= tags.size()) {
+        const size_t b = std::min(tags.find(',', a), tags.size());
+        list.push_back(tags.substr(a, b - a));
+        a = b + 1;
+      }
+      const std::string& t = list[f.ConsumeIntegralInRange<size_t>(0, list.size() - 1)];
+      std::snprintf(o.config, sizeof(o.config), "%s", t.c_str());
+      break;
+    }
+    case 2: {
+      const std::string t = f.ConsumeRandomLengthString(sizeof(o.config) - 1);
+      std::snprintf(o.config, sizeof(o.config), "%s", t.c_str());
+      break;
+    }
+    default:
+      std::memset(o.config, 'x', sizeof(o.config));  // not NUL-terminated
+  }
+  const bool wild = f.ConsumeIntegralInRange<int>(0, 7) == 0;
+  o.grid_order = wild ? f.ConsumeIntegral<int32_t>() : f.ConsumeIntegralInRange<int32_t>(0, 2);
+  o.early_release = wild ? f.ConsumeIntegral<int32_t>() : f.ConsumeIntegralInRange<int32_t>(0, 2);
+  o.q_tma = f.ConsumeIntegralInRange<int32_t>(0, wild ? 9 : 2);
+  o.o_tma = f.ConsumeIntegralInRange<int32_t>(0, wild ? 9 : 2);
+  o.max_smem_bytes = f.ConsumeBool() ? 0
+                                     : (wild ? f.ConsumeIntegral<int32_t>()
+                                             : f.PickValueInArray<int32_t>({101376, 232448, 65536, 1}));
+  return o;
+}
+
 // The planner with a fuzzed, realistic device (p passed the scalar validation).
 void fuzz_plan(FuzzedDataProvider& f, const va_params& p) {
   using namespace verify_attn;
@@ -226,15 +266,28 @@ void fuzz_plan(FuzzedDataProvider& f, const va_params& p) {
   dev.num_sms = f.ConsumeIntegralInRange<int>(1, 256);
   dev.max_smem_optin = f.ConsumeBool() ? f.PickValueInArray<int>({232448, 101376, 166912, 99328, 65536, 49152})
                                        : f.ConsumeIntegralInRange<int>(48 * 1024, 232448);
+  const va_plan_options opt = fuzz_options(f);
+  int forced = -1;
+  const va_status os = check_plan_options(opt, &forced);
   Plan plan;
   std::memset(&plan, 0xA5, sizeof(plan));
-  const va_status s = make_plan(p, dev, &plan);
+  const va_status s = make_plan(p, dev, opt, &plan);
+  FUZZ_CHECK(os == VA_OK || s == os, "make_plan %d with options that fail %d", static_cast<int>(s),
+             static_cast<int>(os));
   const int v = static_cast<int>(s);
   FUZZ_CHECK(v >= VA_OK && v <= VA_ERR_CUDA, "make_plan returned %d", v);
   if (s != VA_OK) return;
   FUZZ_CHECK(plan.config >= 0 && plan.config < kNumConfigs, "config %d", static_cast<int>(plan.config));
   FUZZ_CHECK(config_desc(plan.config).smem_bytes <= dev.max_smem_optin, "config %s needs %d > %d bytes",
              config_desc(plan.config).tag, config_desc(plan.config).smem_bytes, dev.max_smem_optin);
+  FUZZ_CHECK(opt.max_smem_bytes <= 0 || config_desc(plan.config).smem_bytes <= opt.max_smem_bytes,
+             "config %s needs %d > the options' %d bytes", config_desc(plan.config).tag,
+             config_desc(plan.config).smem_bytes, opt.max_smem_bytes);
+  FUZZ_CHECK(!plan.q_tma || config_desc(plan.config).wgmma, "q_tma on %s", config_desc(plan.config).tag);
+  FUZZ_CHECK(!plan.o_tma || (config_desc(plan.config).wgmma && plan.splits == 1), "o_tma on %s, %d splits",
+             config_desc(plan.config).tag, plan.splits);
+  FUZZ_CHECK(opt.q_tma != VA_OFF || !plan.q_tma, "q_tma off but planned");
+  FUZZ_CHECK(opt.o_tma != VA_OFF || !plan.o_tma, "o_tma off but planned");
   FUZZ_CHECK(plan.splits >= 1 && plan.splits <= 65535, "splits %d", plan.splits);
   FUZZ_CHECK(p.num_splits == 0 || plan.splits == p.num_splits, "forced splits %d -> %d", p.num_splits,
              plan.splits);
@@ -254,6 +307,26 @@ void fuzz_plan(FuzzedDataProvider& f, const va_params& p) {
 }
 
 void run_one(FuzzedDataProvider& f, va_params* p) {
+  // A plan handle: without a device no plan is ever made (*plan stays NULL),
+  // and the run / info / destroy calls take NULL and bad arguments cleanly.
+  {
+    const va_plan_options opt = fuzz_options(f);
+    va_plan* plan = reinterpret_cast<va_plan*>(0x1);
+    const bool null_opt = f.ConsumeIntegralInRange<int>(0, 7) == 0;
+    const va_status s = va_plan_create(p, null_opt ? nullptr : &opt, &plan);
+    check_status(s, "va_plan_create");
+    FUZZ_CHECK(s != VA_OK && plan == nullptr, "va_plan_create %d without a device, plan %p",
+               static_cast<int>(s), static_cast<void*>(plan));
+    va_run_args r;
+    va_run_args_init(&r);
+    r.q = p->q;
+    r.k = p->k;
+    r.out = p->out;
+    check_status(va_plan_run(nullptr, &r), "va_plan_run");
+    va_config_info info;
+    check_status(va_plan_info(nullptr, &info), "va_plan_info");
+    va_plan_destroy(plan);
+  }
   // The three calls, in an input-chosen order, once or twice each.
   const int order = f.ConsumeIntegralInRange<int>(0, 5);
   static const int kOrders[6][3] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};

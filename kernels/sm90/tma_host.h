@@ -98,66 +98,47 @@ inline va_status encode_k_tmap(KernelParams* kp, int dtype) {
 // so that a tile of 64 consecutive cache rows (a flat request's; SGLang's
 // token slots of a `--page-size 64` pool) is 9 boxes. Rows: num_kv_rows for a
 // flat cache, num_pages for page_size 1 (whose page and token strides must
-// agree). Returns false when it does not apply (the caller then runs the
-// cp.async kernel). VERIFY_ATTN_K_ROWS_TMA=0 refuses it (an A/B and test knob).
-inline bool encode_k_rows_tmap(KernelParams* kp, int dtype, bool paged) {
-  const char* env = std::getenv("VERIFY_ATTN_K_ROWS_TMA");
-  if (env != nullptr && env[0] == '0') return false;
-  if (kp->num_kv_heads != 1) return false;
-  int64_t rows;
-  if (!paged) {
-    rows = kp->num_kv_rows;
-  } else if (kp->page_size == 1 && kp->k_stride_page == kp->k_stride_token) {
-    rows = kp->num_pages;  // a slot's offset is page * k_stride_page
-  } else {
-    return false;
-  }
-  if (!rows_map_ok(kp->k, kp->k_stride_token, rows)) return false;  // kernels/plan.h
+// agree). The plan took this configuration only where rows_map_ok holds
+// (kernels/plan.cc), so a refusal here is the driver's: an error.
+inline va_status encode_k_rows_tmap(KernelParams* kp, int dtype, bool paged) {
+  const int64_t rows = paged ? kp->num_pages : kp->num_kv_rows;
+  if (kp->num_kv_heads != 1 || (paged && (kp->page_size != 1 || kp->k_stride_page != kp->k_stride_token)) ||
+      !rows_map_ok(kp->k, kp->k_stride_token, rows))  // kernels/plan.h
+    return va_fail(VA_ERR_INVALID_STRIDE,
+                   "k: the planned rows map cannot describe the K cache (strides %lld / %lld "
+                   "elements, %lld rows)",
+                   static_cast<long long>(kp->k_stride_token),
+                   static_cast<long long>(kp->k_stride_page), static_cast<long long>(rows));
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-  if (encode == nullptr) return false;
+  if (encode == nullptr)
+    return va_fail(VA_ERR_CUDA, "device: cuTensorMapEncodeTiled not found in the driver");
   const cuuint64_t dims[3] = {576, static_cast<cuuint64_t>(rows), 1};
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(kp->k_stride_token) * 2,
                                  static_cast<cuuint64_t>(kp->k_stride_token) * 2 *
                                      static_cast<cuuint64_t>(rows)};
   const cuuint32_t box[3] = {64, 64, 1};
   CUtensorMap map;
-  if (encode_map_3d(encode, &map, kp->k, dtype, dims, strides, box) != CUDA_SUCCESS) return false;
+  const CUresult r = encode_map_3d(encode, &map, kp->k, dtype, dims, strides, box);
+  if (r != CUDA_SUCCESS)
+    return va_fail(VA_ERR_CUDA,
+                   "k: cuTensorMapEncodeTiled refused the K rows map (CUresult %d; stride %lld "
+                   "elements, %lld rows)",
+                   static_cast<int>(r), static_cast<long long>(kp->k_stride_token),
+                   static_cast<long long>(rows));
   std::memcpy(kp->k_tmap, &map, sizeof(map));
-  return true;
-}
-
-// VERIFY_ATTN_REQUIRE_K_TMA=1 (tests): a launch of a planned TMA
-// configuration whose K tensor map cannot be encoded (encode_k_tmap,
-// encode_k_rows_tmap) fails (VA_ERR_UNSUPPORTED) instead of running the
-// cp.async kernel, so a test can tell that the planned kernel ran. `map`
-// names the map ("page" or "rows"); `why`: the encoder's own message, kept
-// in this one (encode_k_tmap's names the driver's CUresult), or null.
-inline va_status k_tmap_fallback_status(const KernelParams& kp, const char* map,
-                                        const char* why = nullptr) {
-  const char* env = std::getenv("VERIFY_ATTN_REQUIRE_K_TMA");
-  if (env == nullptr || env[0] != '1') return VA_OK;
-  char reason[512] = "";
-  if (why != nullptr) std::snprintf(reason, sizeof(reason), ": %s", why);  // va_fail rewrites it
-  return va_fail(VA_ERR_UNSUPPORTED,
-                 "k: VERIFY_ATTN_REQUIRE_K_TMA=1 but the K %s tensor map cannot be encoded "
-                 "(page_size %d, strides %lld / %lld elements)%s",
-                 map, kp.page_size, static_cast<long long>(kp.k_stride_token),
-                 static_cast<long long>(kp.k_stride_page), reason);
+  return VA_OK;
 }
 
 // A [total_q tokens][num_qo_heads][width] tensor (bf16 / fp16, element strides
 // stride_token / stride_head) as a 3-D map whose box is one CTA's 64 folded
 // rows x 64 columns: min(G, 64) heads x max(64 / G, 1) tokens (G = heads per
 // KV head; token-major, heads fastest: kernels/core/request.cuh), 128-byte
-// swizzled. Needs G dividing 64 or 64 dividing G and 16-byte aligned base and
-// strides (the copy engine's rules); false when those fail or the driver
-// refuses the map. The Q and output maps below.
+// swizzled. Needs folded_rows_map_ok (the copy engine's rules); false when
+// that fails or the driver refuses the map. The Q and output maps below.
 inline bool encode_folded_rows_map(const void* base, int dtype, int width, int num_qo_heads,
                                    int64_t total_q, int64_t stride_token, int64_t stride_head,
                                    int G, unsigned char (&dst)[128]) {
-  if (G <= 0 || (G % 64 != 0 && 64 % G != 0) || total_q <= 0 ||
-      reinterpret_cast<uintptr_t>(base) % 16 != 0 || stride_head < width ||
-      (stride_head * 2) % 16 != 0 || (stride_token * 2) % 16 != 0)
+  if (!folded_rows_map_ok(base, width, total_q, stride_token, stride_head, G))  // kernels/plan.h
     return false;
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return false;
@@ -179,83 +160,40 @@ inline bool encode_folded_rows_map(const void* base, int dtype, int width, int n
 // strides, boxes of 64 columns x min(G, 64) heads x max(64 / G, 1) tokens
 // (G = heads per KV head), so that a box is one CTA's 64 folded rows
 // (token-major, heads fastest: kernels/core/request.cuh, q_row_offset) in the
-// 128-byte swizzled layout the consumers' wgmma reads. Needs MLA (one KV head),
-// G dividing 64 or 64 dividing G, and 16-byte aligned q and strides (the
-// copy engine's rules); returns false otherwise (not an error: the kernel then
-// copies Q with cp.async) and sets kp->q_tma. Rows of a box past the request
-// are the next request's (zeros past total_q): masked, never written.
-// VERIFY_ATTN_Q_TMA=0 turns it off (an A/B and test knob).
-inline bool encode_q_tmap(KernelParams* kp, int dtype) {
+// 128-byte swizzled layout the consumers' wgmma reads. Rows of a box past the
+// request are the next request's (zeros past total_q): masked, never written.
+// The output tile likewise ([token][head][512], box of one CTA's 64 folded
+// rows x 64 columns): used for unsplit launches and full row tiles
+// (write_rows_tma in kernels/sm90/mla_consumer.cuh), since a box always
+// covers 64 folded rows and a partial tile's box would reach the next
+// request's rows. The plan decides both (Plan::q_tma / o_tma, from
+// folded_rows_map_ok); the run encodes them for its own q / out, and a
+// refusal there is the driver's: an error. Without them the consumers copy Q
+// with cp.async and store their rows from registers.
+inline va_status encode_q_o_tmaps(KernelParams* kp, const Plan& plan, int dtype) {
   kp->q_tma = 0;
-  const char* env = std::getenv("VERIFY_ATTN_Q_TMA");
-  if (env != nullptr && env[0] == '0') return false;
-  if (kp->num_kv_heads != 1) return false;
-  if (!encode_folded_rows_map(kp->q, dtype, 576, kp->num_qo_heads, kp->total_q,
-                              kp->q_stride_token, kp->q_stride_head, kp->group, kp->q_tmap))
-    return false;
-  kp->q_tma = 1;
-  return true;
-}
-
-// Both sm_90a MLA kernels' output tile by TMA stores: out as a 3-D map like q's
-// ([token][head][512] -> box of one CTA's 64 folded rows x 64 columns, 128-byte
-// swizzle), the same rules (MLA, G dividing 64 or 64 dividing G, 16-byte
-// aligned out and strides). Used for unsplit launches and full row tiles
-// (kernels/sm90/mla_seesaw_kernel.cuh, mla_wgmma_kernel.cuh; write_rows_tma in
-// mla_consumer.cuh): a box always covers 64 folded rows,
-// so a partial tile's box would reach the next request's rows. Returns false
-// otherwise (not an error: the consumers then store from registers) and sets
-// kp->o_tma. VERIFY_ATTN_O_TMA=0 turns it off (an A/B and test knob;
-// compute-sanitizer's initcheck does not see the copy engine's stores, so
-// tools/gpu_run.sh runs initcheck with it off).
-inline bool encode_o_tmap(KernelParams* kp, int dtype) {
   kp->o_tma = 0;
-  const char* env = std::getenv("VERIFY_ATTN_O_TMA");
-  if (env != nullptr && env[0] == '0') return false;
-  if (kp->num_splits != 1 || kp->num_kv_heads != 1) return false;
-  if (!encode_folded_rows_map(kp->out, dtype, 512, kp->num_qo_heads, kp->total_q,
-                              kp->out_stride_token, kp->out_stride_head, kp->group, kp->o_tmap))
-    return false;
-  kp->o_tma = 1;
-  return true;
-}
-
-// VERIFY_ATTN_REQUIRE_Q_TMA=1 (tests): a launch of an sm_90a MLA kernel whose
-// q the Q map cannot describe fails (VA_ERR_UNSUPPORTED) instead of copying Q
-// with cp.async, so a test can tell that the TMA path ran.
-inline va_status encode_q_tmap_checked(KernelParams* kp, int dtype) {
-  if (encode_q_tmap(kp, dtype)) return VA_OK;
-  const char* env = std::getenv("VERIFY_ATTN_REQUIRE_Q_TMA");
-  if (env == nullptr || env[0] != '1') return VA_OK;
-  return va_fail(VA_ERR_UNSUPPORTED,
-                 "q: VERIFY_ATTN_REQUIRE_Q_TMA=1 but the Q tensor map cannot describe q (%d heads "
-                 "per KV head, %d KV heads, strides %lld / %lld elements)",
-                 kp->group, kp->num_kv_heads, static_cast<long long>(kp->q_stride_token),
-                 static_cast<long long>(kp->q_stride_head));
-}
-
-// VERIFY_ATTN_REQUIRE_O_TMA=1 (tests): an unsplit launch of an sm_90a MLA
-// kernel whose out the map cannot describe fails (VA_ERR_UNSUPPORTED) instead
-// of storing from registers, so a test can tell that the map was encoded (the
-// full row tiles of that launch then take the TMA store path).
-inline va_status encode_o_tmap_checked(KernelParams* kp, int dtype) {
-  if (encode_o_tmap(kp, dtype) || kp->num_splits != 1) return VA_OK;
-  const char* env = std::getenv("VERIFY_ATTN_REQUIRE_O_TMA");
-  if (env == nullptr || env[0] != '1') return VA_OK;
-  return va_fail(VA_ERR_UNSUPPORTED,
-                 "out: VERIFY_ATTN_REQUIRE_O_TMA=1 but the output tensor map cannot describe out "
-                 "(%d heads per KV head, strides %lld / %lld elements)",
-                 kp->group, static_cast<long long>(kp->out_stride_token),
-                 static_cast<long long>(kp->out_stride_head));
-}
-
-// Both sm_90a MLA kernels: Q by TMA where its map can describe q (else the
-// consumers copy it with cp.async), the unsplit output by TMA stores where
-// the map can describe out (else from registers); each with its REQUIRE knob.
-inline va_status encode_q_o_tmaps_checked(KernelParams* kp, int dtype) {
-  const va_status qs = encode_q_tmap_checked(kp, dtype);
-  if (qs != VA_OK) return qs;
-  return encode_o_tmap_checked(kp, dtype);
+  if (plan.q_tma) {
+    if (!encode_folded_rows_map(kp->q, dtype, 576, kp->num_qo_heads, kp->total_q,
+                                kp->q_stride_token, kp->q_stride_head, kp->group, kp->q_tmap))
+      return va_fail(VA_ERR_CUDA,
+                     "q: cuTensorMapEncodeTiled refused the planned Q map (%d heads per KV head, "
+                     "strides %lld / %lld elements)",
+                     kp->group, static_cast<long long>(kp->q_stride_token),
+                     static_cast<long long>(kp->q_stride_head));
+    kp->q_tma = 1;
+  }
+  if (plan.o_tma) {
+    if (!encode_folded_rows_map(kp->out, dtype, 512, kp->num_qo_heads, kp->total_q,
+                                kp->out_stride_token, kp->out_stride_head, kp->group, kp->o_tmap))
+      return va_fail(VA_ERR_CUDA,
+                     "out: cuTensorMapEncodeTiled refused the planned output map (%d heads per KV "
+                     "head, strides %lld / %lld elements)",
+                     kp->group, static_cast<long long>(kp->out_stride_token),
+                     static_cast<long long>(kp->out_stride_head));
+    kp->o_tma = 1;
+  }
+  return VA_OK;
 }
 
 }  // namespace verify_attn

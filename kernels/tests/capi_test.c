@@ -167,6 +167,53 @@ int main(void) {
   p.q = NULL;
   expect("empty", va_attention(&p), VA_OK, NULL);
 
+  /* Plan handles: NULL arguments, struct sizes, a bad request, bad options
+   * (all before any device use), destroy(NULL). */
+  {
+    va_plan* plan = (va_plan*)FAKE(0x1);
+    va_plan_options o;
+    va_run_args r;
+    va_config_info info;
+    p = valid_mla();
+    expect("plan_create NULL out", va_plan_create(&p, NULL, NULL), VA_ERR_NULL_POINTER, "plan");
+    p.sm_scale = -1.f;
+    expect("plan_create bad sm_scale", va_plan_create(&p, NULL, &plan), VA_ERR_INVALID_VALUE,
+           "sm_scale");
+    expect("plan_create leaves NULL", plan == NULL ? VA_OK : VA_ERR_INVALID_VALUE, VA_OK, NULL);
+    p = valid_mla();
+    va_plan_options_init(&o);
+    o.struct_size = 4;
+    expect("plan_create options size", va_plan_create(&p, &o, &plan), VA_ERR_VERSION,
+           "options.struct_size");
+    va_plan_options_init(&o);
+    o.q_tma = 7;
+    expect("plan_create bad q_tma", va_plan_create(&p, &o, &plan), VA_ERR_INVALID_VALUE,
+           "options.q_tma");
+    va_plan_options_init(&o);
+    strcpy(o.config, "mla_nope");
+    expect("plan_create unknown config", va_plan_create(&p, &o, &plan), VA_ERR_INVALID_VALUE,
+           "options.config");
+    p = valid_mla();
+    p.qo_indptr = NULL;
+    expect("plan_create NULL qo_indptr", va_plan_create(&p, NULL, &plan), VA_ERR_NULL_POINTER,
+           "qo_indptr");
+    p = valid_mla();
+    p.q = NULL; /* per-run pointers may be NULL at creation */
+    p.k = NULL;
+    p.out = NULL;
+    {
+      const va_status s2 = va_plan_create(&p, NULL, &plan);
+      expect("plan_create NULL q/k/out", s2 == VA_OK || s2 == VA_ERR_NO_DEVICE ? VA_OK : s2, VA_OK, NULL);
+      if (s2 == VA_OK) va_plan_destroy(plan);
+    }
+    va_run_args_init(&r);
+    expect("plan_run NULL plan", va_plan_run(NULL, &r), VA_ERR_NULL_POINTER, "plan");
+    expect("plan_info NULL plan", va_plan_info(NULL, &info), VA_ERR_NULL_POINTER, "plan");
+    expect("plan_info NULL info", va_plan_info((va_plan*)FAKE(0x10), NULL), VA_ERR_NULL_POINTER,
+           "info");
+    va_plan_destroy(NULL);
+  }
+
   /* The configuration tags: comma-separated, the plan's first and last among them. */
   {
     const char* tags = va_config_tags();

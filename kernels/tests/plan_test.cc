@@ -29,11 +29,25 @@ static int g_passed = 0, g_failed = 0;
     }                                     \
   } while (0)
 
-// make_plan failed as a bad environment knob must: VA_ERR_INVALID_VALUE, the
-// message naming the knob.
-static bool fails_naming_knob(va_status st, const char* knob) {
+// make_plan failed as a bad option must: VA_ERR_INVALID_VALUE, the message
+// naming the option.
+static bool fails_naming_option(va_status st, const char* option) {
   return st == VA_ERR_INVALID_VALUE &&
-         std::string(va_last_error_message()).find(knob) != std::string::npos;
+         std::string(va_last_error_message()).find(option) != std::string::npos;
+}
+
+// The plan options every make_plan below runs with (the plan's rules unless a
+// test sets one), and make_plan with them.
+static va_plan_options g_opt = [] {
+  va_plan_options o;
+  va_plan_options_init(&o);
+  return o;
+}();
+static void set_config(const char* tag) {
+  std::snprintf(g_opt.config, sizeof(g_opt.config), "%s", tag);
+}
+static va_status make_plan(const va_params& p, const va::DeviceInfo& dev, va::Plan* plan) {
+  return va::make_plan(p, dev, g_opt, plan);
 }
 
 static va_params shape(bool mla, int d, int hq, int hkv, int b, int q_len, long kv_len) {
@@ -69,7 +83,7 @@ int main() {
     for (const Case& c : cases) {
       va_params p = shape(c.mla, c.d, c.hq, c.hkv, c.b, c.q, c.kv);
       va::Plan plan;
-      va_status s = va::make_plan(p, dev, &plan);
+      va_status s = make_plan(p, dev, &plan);
       CHECK(s == VA_OK, "make_plan sm_%d: %s", dev.sm_arch, va_last_error_message());
       if (s != VA_OK) continue;
       const va::ConfigDesc& d = va::config_desc(plan.config);
@@ -94,7 +108,7 @@ int main() {
     const va_params gqa = shape(false, 128, 32, 4, 16, 16, 8192);
     va::Plan plan;
     auto path = [&](const va_params& p, const va::DeviceInfo& dev) -> std::string {
-      if (va::make_plan(p, dev, &plan) != VA_OK) return "error";
+      if (make_plan(p, dev, &plan) != VA_OK) return "error";
       return std::string(plan.name);
     };
     const bool sm90a = std::string(va_compiled_archs()).find("sm_90a") != std::string::npos;
@@ -108,19 +122,19 @@ int main() {
     CHECK(path(mla, sm120).rfind("mma_sync_", 0) == 0, "MLA on sm_120: %s", plan.name);
     CHECK(path(mla, sm100).rfind("mma_sync_", 0) == 0, "MLA on sm_100: %s", plan.name);
     CHECK(path(gqa, sm90).rfind("mma_sync_", 0) == 0, "GQA on sm_90: %s", plan.name);
-    setenv("VERIFY_ATTN_FORCE_CONFIG", "mla_wgmma_m64n64_pipe_rows", 1);
+    set_config("mla_wgmma_m64n64_pipe_rows");
     CHECK(path(mla, sm120).rfind("mma_sync_", 0) == 0, "forced wgmma on sm_120: %s", plan.name);
-    setenv("VERIFY_ATTN_FORCE_CONFIG", "mla_m32n32_s1", 1);
+    set_config("mla_m32n32_s1");
     CHECK(path(mla, sm90) == "mma_sync_fp16_mla_m32n32_s1" ||
               path(mla, sm90) == "mma_sync_bf16_mla_m32n32_s1",
           "forced mma.sync on sm_90: %s", plan.name);
-    setenv("VERIFY_ATTN_FORCE_CONFIG", "gqa_d128_m64n64_s2", 1);
+    set_config("gqa_d128_m64n64_s2");
     CHECK(path(mla, sm90).rfind("wgmma_", 0) == 0 || !sm90a,
           "a GQA tag does not serve MLA: %s", plan.name);
-    setenv("VERIFY_ATTN_FORCE_CONFIG", "gqa_d256_m64n32_s1", 1);
+    set_config("gqa_d256_m64n32_s1");
     CHECK(path(gqa, sm90).find("gqa_d128_m64n64_s2") != std::string::npos,
           "a D256 tag does not serve D128: %s", plan.name);
-    unsetenv("VERIFY_ATTN_FORCE_CONFIG");
+    set_config("");
   }
   // MLA on sm_90: paged caches the copy engine can read (page_size % 64 == 0,
   // 16-byte aligned base and strides) take the TMA kernel, every other cache
@@ -136,7 +150,7 @@ int main() {
     p.k_stride_page = 64 * 576;
     va::Plan plan;
     auto name = [&](const va_params& q, const va::DeviceInfo& dev) -> std::string {
-      if (va::make_plan(q, dev, &plan) != VA_OK) return "error";
+      if (make_plan(q, dev, &plan) != VA_OK) return "error";
       return std::string(plan.name);
     };
     const bool sm90a = std::string(va_compiled_archs()).find("sm_90a") != std::string::npos;
@@ -216,9 +230,9 @@ int main() {
       CHECK(name(q, sm90) == gather, "page_size 16, kv_slot_runs 64: %s", plan.name);
       q.page_size = 1;
       q.kv_slot_runs = 0;
-      setenv("VERIFY_ATTN_FORCE_CONFIG", "mla_wgmma_seesaw_tma_rows", 1);
+      set_config("mla_wgmma_seesaw_tma_rows");
       CHECK(name(q, sm90) == gather, "forced rows map without the hint: %s", plan.name);
-      unsetenv("VERIFY_ATTN_FORCE_CONFIG");
+      set_config("");
       q = p;
       q.kv_layout = VA_KV_FLAT;
       q.num_kv_rows = 70000;
@@ -251,10 +265,10 @@ int main() {
       CHECK(name(q, sm90) == tma, "padded cache: %s", plan.name);
       q = p;
       q.page_size = 16;
-      setenv("VERIFY_ATTN_FORCE_CONFIG", "mla_wgmma_seesaw_tma", 1);
+      set_config("mla_wgmma_seesaw_tma");
       CHECK(name(q, sm90) == gather, "forced TMA on page_size 16: %s", plan.name);
       CHECK(name(p, sm90) == tma, "forced TMA on page_size 64: %s", plan.name);
-      unsetenv("VERIFY_ATTN_FORCE_CONFIG");
+      set_config("");
     } else {
       CHECK(name(p, sm90).rfind("mma_sync_", 0) == 0, "no sm_90a image: %s", plan.name);
     }
@@ -292,7 +306,7 @@ int main() {
             p.kv_slot_runs = l.slot_runs;
           }
           va::Plan plan;
-          const va_status st = va::make_plan(p, dev, &plan);
+          const va_status st = make_plan(p, dev, &plan);
           CHECK(st == VA_OK, "walk sm_%d %s D%d: %s", dev.sm_arch, l.name, k.d, va_last_error_message());
           if (st != VA_OK) continue;
           planned.insert(plan.config);
@@ -311,47 +325,50 @@ int main() {
     va_params p = shape(true, 576, 16, 1, 1, 16, 4096);
     p.num_splits = 3;
     va::Plan plan;
-    CHECK(va::make_plan(p, sm90, &plan) == VA_OK && plan.splits == 3, "forced splits");
+    CHECK(make_plan(p, sm90, &plan) == VA_OK && plan.splits == 3, "forced splits");
     const va::DeviceInfo tiny{0, 86, 84, 48 * 1024};
-    CHECK(va::make_plan(p, tiny, &plan) == VA_ERR_UNSUPPORTED, "48 KB device must be unsupported");
+    CHECK(make_plan(p, tiny, &plan) == VA_ERR_UNSUPPORTED, "48 KB device must be unsupported");
   }
   // The tuning knob: a tag that names no configuration is an error naming the
   // variable and the known tags; an empty value is unset.
   {
     va_params p = shape(true, 576, 16, 1, 1, 16, 4096);
     va::Plan plan;
-    setenv("VERIFY_ATTN_FORCE_CONFIG", "mla_m32n32_s3", 1);
-    CHECK(va::make_plan(p, sm90, &plan) == VA_ERR_INVALID_VALUE, "unknown forced tag must fail");
+    set_config("mla_m32n32_s3");
+    CHECK(make_plan(p, sm90, &plan) == VA_ERR_INVALID_VALUE, "unknown forced tag must fail");
     const std::string msg = va_last_error_message();
-    CHECK(msg.find("VERIFY_ATTN_FORCE_CONFIG") != std::string::npos &&
+    CHECK(msg.find("options.config") != std::string::npos &&
               msg.find("'mla_m32n32_s3'") != std::string::npos &&
               msg.find("mla_m32n32_s1") != std::string::npos,
           "unknown forced tag message: %s", msg.c_str());
-    setenv("VERIFY_ATTN_FORCE_CONFIG", "", 1);
-    CHECK(va::make_plan(p, sm90, &plan) == VA_OK, "empty forced tag: %s", va_last_error_message());
-    unsetenv("VERIFY_ATTN_FORCE_CONFIG");
+    set_config("");
+    CHECK(make_plan(p, sm90, &plan) == VA_OK, "empty forced tag: %s", va_last_error_message());
+    set_config("");
   }
   // The grid's order (kernels/plan.h, grid_coord): on the kernels that can
   // run it (the sm_90a MLA ones) a request's row tiles adjacent by default
   // (grid y holds the requests while batch_size * Hkv <= 65535), the other
-  // order above that, with VERIFY_ATTN_GRID_ORDER=requests and on the portable
+  // order above that, with options.grid_order VA_GRID_REQUESTS and on the portable
   // kernels (GQA, sm_120); either way the launch grid's blocks are every
   // (request, KV head, row tile, split) exactly once, row tiles the longest
   // first along their dimension.
   {
-    for (const char* order : {"", "rows", "requests", "bogus"}) {
+    const std::vector<std::pair<const char*, int>> orders = {
+        {"", VA_GRID_AUTO}, {"rows", VA_GRID_ROWS}, {"requests", VA_GRID_REQUESTS}, {"bogus", 7}};
+    for (const auto& ord : orders) {
+      const char* order = ord.first;
       for (const auto& c : std::vector<std::tuple<int, int, int, int>>{
                {1, 1, 16, 64}, {16, 1, 16, 64}, {5, 4, 32, 16}, {3, 2, 48, 100}, {65535, 1, 16, 4},
                {65536, 1, 16, 4}, {20000, 4, 32, 1}}) {
       for (const va::DeviceInfo* dev : {&sm90, &sm120}) {
         const int b = std::get<0>(c), hkv = std::get<1>(c), hq = std::get<2>(c), q = std::get<3>(c);
         va_params p = shape(hkv == 1, hkv == 1 ? 576 : 128, hq, hkv, b, q, 4096);
-        setenv("VERIFY_ATTN_GRID_ORDER", order, 1);
+        g_opt.grid_order = ord.second;
         va::Plan plan;
-        const va_status st = va::make_plan(p, *dev, &plan);
+        const va_status st = make_plan(p, *dev, &plan);
         if (std::string(order) == "bogus") {
-          CHECK(fails_naming_knob(st, "VERIFY_ATTN_GRID_ORDER"),
-                "bogus grid order must fail naming the knob: %s", va_last_error_message());
+          CHECK(fails_naming_option(st, "options.grid_order"),
+                "bogus grid order must fail naming the option: %s", va_last_error_message());
           continue;
         }
         if (st != VA_OK) {
@@ -393,11 +410,11 @@ int main() {
       }
       }
     }
-    unsetenv("VERIFY_ATTN_GRID_ORDER");
+    g_opt.grid_order = VA_GRID_AUTO;
     // Early release of the TMA kernel's stage 0 blocks 0-3: the seesaw (TMA)
     // configurations when a request's rows fit one row tile (B128 H16 T4),
     // not with several (B1 H16 T64) nor on the other kernels;
-    // VERIFY_ATTN_EARLY_A0=1 / 0 forces it on the seesaw ones, a bad value fails.
+    // options.early_release VA_ON / VA_OFF forces it on the seesaw ones, a bad value fails.
     if (std::string(va_compiled_archs()).find("sm_90a") != std::string::npos) {
       // A bf16 MLA cache of `page` slots per page (1: slots in runs of 64, the
       // kv_slot_runs hint), laid out as the TMA kernels need.
@@ -413,8 +430,11 @@ int main() {
         if (page == 1) p.kv_slot_runs = 64;
         return p;
       };
-      for (const char* knob : {"", "1", "0", "yes"}) {
-        setenv("VERIFY_ATTN_EARLY_A0", knob, 1);
+      const std::vector<std::pair<const char*, int>> knobs = {
+          {"", VA_AUTO}, {"1", VA_ON}, {"0", VA_OFF}, {"yes", 9}};
+      for (const auto& kv : knobs) {
+        const char* knob = kv.first;
+        g_opt.early_release = kv.second;
         // {batch, heads, q_len, page_size, one row tile per request}
         for (const auto& c : std::vector<std::tuple<int, int, int, int, bool>>{
                  {128, 16, 4, 64, true}, {1, 16, 64, 64, false}, {4, 16, 4, 1, true},
@@ -423,10 +443,10 @@ int main() {
           const int page = std::get<3>(c);
           va_params p = mla_cache(b, hq, q, page);
           va::Plan plan;
-          const va_status st = va::make_plan(p, sm90, &plan);
+          const va_status st = make_plan(p, sm90, &plan);
           if (std::string(knob) == "yes") {
-            CHECK(fails_naming_knob(st, "VERIFY_ATTN_EARLY_A0"),
-                  "bad VERIFY_ATTN_EARLY_A0 must fail naming the knob: %s", va_last_error_message());
+            CHECK(fails_naming_option(st, "options.early_release"),
+                  "bad options.early_release must fail naming it: %s", va_last_error_message());
             continue;
           }
           CHECK(st == VA_OK, "make_plan B%d q%d: %s", b, q, va_last_error_message());
@@ -439,15 +459,15 @@ int main() {
                 b, hq, q, page, plan.name, plan.early_a0_release);
         }
       }
-      unsetenv("VERIFY_ATTN_EARLY_A0");
+      g_opt.early_release = VA_AUTO;
     }
     // The sm_90a MLA kernel on sm_90 takes the rows-first grid by default.
     if (std::string(va_compiled_archs()).find("sm_90a") != std::string::npos) {
       va::Plan plan;
       va_params p = shape(true, 576, 16, 1, 16, 64, 32768);
-      CHECK(va::make_plan(p, sm90, &plan) == VA_OK && plan.grid_rows_fastest,
+      CHECK(make_plan(p, sm90, &plan) == VA_OK && plan.grid_rows_fastest,
             "MLA B16 on sm_90: rows-first grid (%s; %s)", plan.name, va_last_error_message());
-      CHECK(va::make_plan(p, sm120, &plan) == VA_OK && !plan.grid_rows_fastest,
+      CHECK(make_plan(p, sm120, &plan) == VA_OK && !plan.grid_rows_fastest,
             "MLA B16 on sm_120: request-major grid (%s; %s)", plan.name, va_last_error_message());
     }
   }
@@ -480,7 +500,7 @@ int main() {
       p.num_splits = trial % 4 == 1 ? 1 + rng() % 40 : 0;
       const va::DeviceInfo& dev = trial % 5 == 0 ? sm120 : sm90;
       va::Plan plan;
-      if (va::make_plan(p, dev, &plan) != VA_OK) {
+      if (make_plan(p, dev, &plan) != VA_OK) {
         CHECK(false, "make_plan: %s", va_last_error_message());
         continue;
       }

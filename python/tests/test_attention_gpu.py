@@ -36,9 +36,9 @@ selected by its cache layout (MLA_LAYOUTS):
   rows past kv_len too, which the consumers zero before their P V), random
   trees, scattered pages, every slot the requests do not own NaN; a padded
   cache (token stride wider than the row) read through the tensor map's
-  strides; the Q tile by TMA and by cp.async (VERIFY_ATTN_Q_TMA=0, or a head
+  strides; the Q tile by TMA and by cp.async (Tuning(q_tma=False), or a head
   count the Q map cannot box) over several q layouts; the unsplit output tile by
-  TMA stores and from registers (VERIFY_ATTN_O_TMA=0), bit for bit;
+  TMA stores and from registers (Tuning(o_tma=False)), bit for bit;
 * the rows map (kernels/sm90/tma_host.h encode_k_rows_tmap, configuration
   mla_wgmma_seesaw_tma_rows): page_size 1 caches whose token slots come in runs,
   with the ``kv_slot_runs`` hint (a multiple of 64: SGLang's token slots of a
@@ -46,8 +46,8 @@ selected by its cache layout (MLA_LAYOUTS):
   cache rows is boxed, any other gathered by the producer
   (kernels/sm90/mla_tma_producer.cuh); runs of 64, runs broken inside a tile,
   runs not aligned to a tile, scattered slots, padded caches, 16 / 64 / 128
-  heads, the fallback when the map is refused (VERIFY_ATTN_K_ROWS_TMA=0); flat
-  MLA caches take the TMA kernel with the same map;
+  heads; flat MLA caches take the TMA kernel with the same map (and the
+  cp.async kernel when a tuning forces it);
 * the cp.async kernel (mla_wgmma_m64n64_pipe_rows): page sizes below 64, and
   page_size 1 without the hint;
 * the instances that skip invisible draft tiles (plan names ending in ``_skip``,
@@ -59,8 +59,11 @@ selected by its cache layout (MLA_LAYOUTS):
   page 1 without the hint (the cp.async kernel, which visits every tile up to
   the last visible one); that the skipped tiles are not read at all: their KV
   rows hold NaN;
-* the early release of stage 0's blocks 0-3 (VERIFY_ATTN_EARLY_A0) and the
-  launch grid's two orders (VERIFY_ATTN_GRID_ORDER).
+* the early release of stage 0's blocks 0-3 (Tuning(early_release=...)) and the
+  launch grid's two orders (Tuning(grid_order=...)).
+
+Which kernel, which K / Q / output path ran is what plan_info says: the plan
+decides all of it and the launch never falls back to another.
 
 Launches captured in CUDA graphs, compiled by torch.compile or chained under
 programmatic dependent launch: test_launch_modes_gpu.py. Bad device inputs:
@@ -81,7 +84,7 @@ pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
-# conftest.py: sm_90 only, the "strict" kernel path, a clean device error word afterwards
+# conftest.py: sm_90 only, the plan's own kernel path, a clean device error word afterwards
 SM90A = pytest.mark.usefixtures("sm90_tma_env")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -432,20 +435,21 @@ def test_page16_consecutive_pages():
 @SM90A
 def test_flat_mla_takes_the_tma_kernel():
     """A flat MLA cache: every tile is 64 consecutive rows from any first row, so the TMA kernel
-    runs with the rows map (kernels/launch_attention.cuh); with the map off
-    (VERIFY_ATTN_K_ROWS_TMA=0) it falls back to the cp.async kernel. Both against the reference."""
+    runs with the rows map (kernels/launch_attention.cuh); forced to the cp.async kernel
+    (Tuning(config=...)) the plan says so. Both against the reference."""
     p = mla_problem("flat", [6, 64, 1], [294, 1036, 128], seed=9, poison=False)
     assert (p.max_q_len, p.max_kv_len) == (64, 1100)
     assert_plan(p, "flat")
+    assert testing.plan_info(p)["k_tma"]
     ref = testing.reference(p)
-    with testing.kernel_path(k_rows_map=False):
-        with pytest.raises(NotImplementedError, match="VERIFY_ATTN_REQUIRE_K_TMA"):
-            testing.run(p)  # the map refused: no silent fallback while the TMA kernel is required
-    for on in (True, False):
-        with testing.kernel_path(k_rows_map=on, require_k_tma=on):  # on: the TMA kernel ran
+    for path in ("auto", "cp_async"):
+        with testing.kernel_path(path):
+            info = testing.plan_info(p)
+            assert info["k_tma"] == (path == "auto") and info["name"].endswith(
+                TMA_MLA if path == "auto" else CP_ASYNC_MLA), info
             for splits in (0, 1, 3):
                 out, lse = testing.run(p, num_splits=splits)
-                testing.check(p, out, lse, ref=ref, label=f"[rows map {on} splits={splits}]")
+                testing.check(p, out, lse, ref=ref, label=f"[{path} splits={splits}]")
 
 
 @SM90A
@@ -469,28 +473,28 @@ def test_kv_slot_runs_hint_padded_cache_and_heads(heads):
 
 
 @SM90A
-def test_kv_slot_runs_hint_without_the_map_falls_back():
-    """VERIFY_ATTN_K_ROWS_TMA=0: the planned TMA kernel cannot get its map; the cp.async kernel runs."""
+def test_kv_slot_runs_hint_forced_to_cp_async():
+    """The hinted cache forced to the cp.async kernel (Tuning(config=...)): the plan names it,
+    says no K map, and the result matches the reference."""
     p = mla_problem("slots", Q_LENS, PREFIXES, seed=6)
-    with testing.kernel_path(k_rows_map=False):
-        with pytest.raises(NotImplementedError, match="VERIFY_ATTN_REQUIRE_K_TMA"):
-            testing.run(p)
-        with testing.kernel_path(require_k_tma=False):
-            out, lse = testing.run(p)
+    with testing.kernel_path("cp_async"):
+        info = testing.plan_info(p)
+        assert info["name"].endswith(CP_ASYNC_MLA) and not info["k_tma"], info
+        out, lse = testing.run(p)
     testing.check(p, out, lse)
 
 
 @SM90A
-@pytest.mark.parametrize("knob", ["", "0", "1"], ids=["rule", "off", "on"])
+@pytest.mark.parametrize("knob", [None, False, True], ids=["rule", "off", "on"])
 @pytest.mark.parametrize("splits", [0, 3], ids=["splits0", "splits3"])
 def test_kv_slot_runs_hint_early_a0_release(knob, splits):
     """The rows kernel with the early release of stage 0's blocks 0-3 (Plan::early_a0_release:
     the plan's rule where a request's rows fit one row tile, q_len <= 4 at 16 heads;
-    VERIFY_ATTN_EARLY_A0=1 / 0 forces it) and without, against the reference: requests of one
-    row tile, then of several."""
+    Tuning(early_release=True / False) forces it) and without, against the reference: requests
+    of one row tile, then of several."""
     seed = new_seed()
     print(f"seed {seed}")
-    with testing.kernel_path(early_a0=knob or None):
+    with testing.kernel_path(early_a0=knob):
         for q_lens in ([4, 3, 1, 4, 2], Q_LENS):
             p = mla_problem("slots", q_lens, PREFIXES, seed=seed)
             assert_plan(p, "slots", num_splits=splits)
@@ -506,8 +510,8 @@ def test_kv_slot_runs_hint_early_a0_release(knob, splits):
 def test_q_tile_layouts(layout, heads, q_layout, q_tma):
     """Both sm_90a kernels (TMA K at page 64, cp.async K at page 1) take Q by TMA (a map of q
     whose box is a CTA's 64 folded rows) where the map can describe q -- heads dividing 64 or a
-    multiple of 64 --, else (24 heads, or VERIFY_ATTN_Q_TMA=0) by cp.async: the same results;
-    which path ran is pinned with VERIFY_ATTN_REQUIRE_Q_TMA=1.
+    multiple of 64 --, else (24 heads, or Tuning(q_tma=False)) by cp.async: the same results;
+    which path ran is what the plan says (q_tma).
     q contiguous, a view of a wider row (head stride 640), or head-major (token stride 576,
     head stride total_q * 576); ragged requests whose last row tile is partial (the map's box
     then holds the next request's rows, or zeros past total_q)."""
@@ -518,14 +522,8 @@ def test_q_tile_layouts(layout, heads, q_layout, q_tma):
         assert p.q.stride(0) == 576
     with testing.kernel_path(q_tma=q_tma):
         assert_plan(p, layout)
-        # Which Q path runs: VERIFY_ATTN_REQUIRE_Q_TMA=1 makes a launch whose q the map cannot
-        # describe fail instead of falling back to cp.async.
-        with testing.kernel_path(require_q_tma=True):
-            if q_tma and heads != 24:
-                testing.run(p)  # the Q map was encoded: the TMA path ran
-            else:
-                with pytest.raises(NotImplementedError, match="VERIFY_ATTN_REQUIRE_Q_TMA"):
-                    testing.run(p)
+        # Which Q path runs: the plan decides it (the launch encodes exactly that map).
+        assert testing.plan_info(p)["q_tma"] == (q_tma and heads != 24)
         out, lse = testing.run(p)
     testing.check(p, out, lse)
 
@@ -539,11 +537,10 @@ def test_output_tile_by_tma(layout, heads, out_layout, dtype):
     """Both sm_90a kernels' (TMA K at page 64, cp.async K at page 1) unsplit output: full row
     tiles staged in shared memory and stored by TMA (a map of out whose box is a CTA's 64
     folded rows), partial row tiles (request 0's second, request 2's only) from registers;
-    with VERIFY_ATTN_O_TMA=0 every tile from registers. Both write the same bits (the same
+    with Tuning(o_tma=False) every tile from registers. Both write the same bits (the same
     o / l rounding), match the float64 reference, and leave no poisoned row. out contiguous, a
     view of a wider row (head stride 640), or head-major; 24 heads (the map cannot box them)
-    always store from registers. VERIFY_ATTN_REQUIRE_O_TMA=1 pins that the out map was
-    encoded (so the full tiles took the TMA store)."""
+    always store from registers. The plan says which (o_tma)."""
     p = mla_problem(layout, Q_LENS[:4], PREFIXES[:4], heads=heads, dtype=dtype, seed=31 + heads)
     assert_plan(p, layout, num_splits=1)
 
@@ -558,12 +555,11 @@ def test_output_tile_by_tma(layout, heads, out_layout, dtype):
     def call(out, lse):
         testing.call(p, out=out, lse=lse, num_splits=1)
 
-    with testing.kernel_path(require_o_tma=True):
-        if heads != 24:
-            call(*fresh_out())  # the out map was encoded: the TMA store path ran
-        else:
-            with pytest.raises(NotImplementedError, match="VERIFY_ATTN_REQUIRE_O_TMA"):
-                call(*fresh_out())
+    o_probe, _ = fresh_out()
+    assert testing.plan_info(p, num_splits=1)["o_tma"] == (heads != 24)
+    with testing.kernel_path(o_tma=False):
+        assert not testing.plan_info(p, num_splits=1)["o_tma"]
+    del o_probe
     out, lse = fresh_out()
     call(out, lse)
     with testing.kernel_path(o_tma=False):
@@ -654,7 +650,7 @@ def test_skipped_draft_tiles_are_not_read(layout, splits):
 # The launch grid's two orders (kernels/plan.h, grid_coord): the sm_90a MLA
 # kernels run a request's row tiles adjacent (the plan's choice there whenever
 # batch_size x KV heads <= 65535, so the other sm_90 MLA tests run it too) or
-# request-major (past that, or with VERIFY_ATTN_GRID_ORDER=requests); the
+# request-major (past that, or with Tuning(grid_order="requests")); the
 # portable kernels (GQA, forced mma.sync MLA, sm_120) run request-major
 # whatever the knob says. Here both orders on each sm_90a MLA kernel (the TMA
 # kernel paged and flat, split and unsplit; the cp.async one), the portable
@@ -679,17 +675,18 @@ def test_grid_orders(model, layout, splits, path, order, kernel_path):
     p = build_problem(c, seed, "cuda")
     info = testing.plan_info(p, num_splits=splits)
     assert info["name"].startswith(expected_path(MODELS[model].mla, path == "mma_sync")), info
+    assert info["grid_rows_fastest"] == (order == "rows" and info["name"].startswith("wgmma")), info
     assert run_case(c, seed) < REL_TOL
 
 
 # The TMA kernel's early release of stage 0's blocks 0-3 (Plan::early_a0_release,
 # kernels/plan.cc): the plan's rule turns it on where a request's rows fit one
-# row tile (q_len 4 at 16 heads), VERIFY_ATTN_EARLY_A0=1 / 0 forces it on / off;
+# row tile (q_len 4 at 16 heads), Tuning(early_release=True / False) forces it on / off;
 # every combination against the reference, paged (split and unsplit) and flat.
 # Which plans take it is pinned on the host (kernels/tests/plan_test.cc).
 EARLY_CASES = [(layout, splits, q_len, knob) for layout, splits in (("paged64", 0), ("paged64", 3),
                                                                      ("flat", 0))
-               for q_len in (4, 70) for knob in ("", "0", "1")]
+               for q_len in (4, 70) for knob in (None, False, True)]
 
 
 @pytest.mark.parametrize("layout,splits,q_len,knob", EARLY_CASES,
@@ -697,7 +694,7 @@ EARLY_CASES = [(layout, splits, q_len, knob) for layout, splits in (("paged64", 
 def test_early_a0_release(layout, splits, q_len, knob, kernel_path):
     if not _sm90():
         pytest.skip("the TMA kernel (the flag's only reader) is sm_90a only")
-    kernel_path(early_a0=knob or None)
+    kernel_path(early_a0=knob)
     # NaN in the cache slots no request owns: a page-64 tile brings the rows
     # past kv_len with it, which the consumers zero (zero_tail) before the P V
     # that precedes the early release.
@@ -710,18 +707,14 @@ def test_early_a0_release(layout, splits, q_len, knob, kernel_path):
     assert run_case(c, seed) < REL_TOL
 
 
-def test_early_a0_knob_rejects_unknown(kernel_path):
-    kernel_path(early_a0="yes")
+def test_tuning_rejects_unknown_values():
     p = build_problem(_small_case(), 1, "cuda")
-    with pytest.raises(ValueError, match="VERIFY_ATTN_EARLY_A0"):
-        testing.call(p, return_lse=True)
-
-
-def test_grid_order_knob_rejects_unknown(kernel_path):
-    kernel_path(grid_order="columns")
-    p = build_problem(_small_case(), 1, "cuda")
-    with pytest.raises(ValueError, match="VERIFY_ATTN_GRID_ORDER"):
-        testing.call(p, return_lse=True)
+    with pytest.raises(TypeError, match="tuning.early_release"):
+        testing.call(p, return_lse=True, tuning=va.Tuning(early_release="yes"))
+    with pytest.raises(ValueError, match="tuning.grid_order"):
+        testing.call(p, return_lse=True, tuning=va.Tuning(grid_order="columns"))
+    with pytest.raises(ValueError, match="options.config: unknown configuration tag 'mla_nope'"):
+        testing.call(p, return_lse=True, tuning=va.Tuning(config="mla_nope"))
 
 
 # ---------------------------------------------------------------------------

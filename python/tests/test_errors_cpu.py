@@ -142,12 +142,19 @@ class _FakeC:
 
     def __init__(self):
         self.launched = []
+        fake = self
 
-    def workspace_size(self, p):
-        return 0
+        class Plan:  # va_plan: created with the params, run per launch
+            def __init__(self, p, *options):
+                self.p = p
 
-    def attention(self, p):
-        self.launched.append(p.error_word)
+            def info(self):
+                return {"workspace_bytes": 0}
+
+            def run(self, *pointers):
+                fake.launched.append(self.p.error_word)
+
+        self.Plan = Plan
 
 
 class _Stream:

@@ -291,7 +291,7 @@ def test_host_validation_when_bounds_are_computed():
 
 
 # ---------------------------------------------------------------------------
-# the sm_90a TMA kernels (conftest.py's sm90_tma_env: sm_90 only, the "strict" kernel path)
+# the sm_90a TMA kernels (conftest.py's sm90_tma_env: sm_90 only, the plan's own kernel path)
 
 
 @pytest.mark.usefixtures("sm90_tma_env")

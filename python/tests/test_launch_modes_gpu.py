@@ -114,37 +114,65 @@ def test_graph_replay_with_new_lengths(mla, ps):
                                q_lens=q_lens, kv_lens=kv_lens, mla=mla, d_vo=dvo, seed=seed)
 
     fill()
+    out = torch.empty(B * max_q, H, dvo, device=dev, dtype=dt)
+    lse = torch.empty(B * max_q, H, device=dev, dtype=torch.float32)
     plan = verify_attn.TreeAttentionPlan(
-        q, k, v, qo, kv_indptr, kv_indices, kv_len, tree_mask=tree, max_q_len=max_q,
-        max_kv_len=max_kv, return_lse=True, num_splits=3)
-    assert plan.info["num_splits"] == 3 and plan.info["workspace_bytes"] > 0
+        qo, kv_indptr, kv_indices, kv_len, num_qo_heads=H, num_kv_heads=hkv, head_dim_qk=dqk,
+        head_dim_vo=dvo, tree_mask=tree, dtype=dt, max_q_len=max_q, max_kv_len=max_kv, num_splits=3)
+    info = plan.info(q, k, v, out=out, lse=lse)
+    assert info["num_splits"] == 3 and info["workspace_bytes"] > 0
     if mla and torch.cuda.get_device_capability() == (9, 0):
         tma = ps % 64 == 0
-        assert plan.info["name"].endswith(TMA_MLA if tma else CP_ASYNC_MLA), plan.info
+        assert info["name"].endswith(TMA_MLA if tma else CP_ASYNC_MLA) and info["k_tma"] == tma, info
     g = torch.cuda.CUDAGraph()
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        plan.run()  # warm up outside capture
+        plan.run(q, k, v, out=out, lse=lse)  # warm up outside capture
         torch.cuda.synchronize()
         with torch.cuda.graph(g, stream=s):
-            plan.run()
+            plan.run(q, k, v, out=out, lse=lse)
     torch.cuda.current_stream().wait_stream(s)
+    assert plan.plans_made == 1
     for step in range(4):
         p = fill()
         total = p.total_q
-        plan.out.fill_(float("nan"))
-        plan.lse.fill_(float("nan"))
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
         g.replay()
         torch.cuda.synchronize()
-        out, lse = plan.out[:total].clone(), plan.lse[:total].clone()
-        eager, eager_lse = testing.call(p, return_lse=True, num_splits=3)
-        assert torch.equal(out, eager), (seed, step)
-        assert torch.equal(lse, eager_lse), (seed, step)
-        testing.check(p, out, lse, label=f"[seed {seed} step {step}]")
+        got, got_lse = out[:total].clone(), lse[:total].clone()
+        # The same plan run eagerly, and the one-shot call: the same bits.
+        eager, eager_lse = plan.run(q, k, v, return_lse=True)
+        assert torch.equal(got, eager[:total]), (seed, step)
+        assert torch.equal(got_lse, eager_lse[:total]), (seed, step)
+        once, once_lse = testing.call(p, return_lse=True, num_splits=3)
+        assert torch.equal(got, once), (seed, step)
+        assert torch.equal(got_lse, once_lse), (seed, step)
+        testing.check(p, got, got_lse, label=f"[seed {seed} step {step}]")
+    assert plan.plans_made == 2  # the layout with out / lse, and the one that allocates them
 
 
-@pytest.mark.usefixtures("sm90_tma_env")  # conftest.py: sm_90 only, the "strict" kernel path
+@pytest.mark.parametrize("mla", [True, False])
+def test_one_plan_many_layers(mla):
+    """A batch planned once and run for six layers (each its own q and caches): every layer
+    against the float64 reference, one C plan for all of them."""
+    seed = new_seed()
+    p0 = testing.make_problem([5, 16, 9], [300, 1000, 70], model="mla_h16" if mla else "gqa_d128_g4",
+                              layout="paged", page_size=16, seed=seed, device=DEV)
+    plan = testing.plan(p0)
+    for layer in range(6):
+        # This layer's q and caches (the batch's indices, mask and lengths are the plan's).
+        scale = 0.5 + 0.1 * layer
+        p = p0.replace(q=torch.randn_like(p0.q), k=p0.k * scale,
+                       v=None if p0.v is None else p0.v * (2.0 - scale), ref_k=None, ref_v=None)
+        out, lse = testing.poisoned_outputs(p)
+        testing.run_plan(plan, p, out=out, lse=lse)
+        testing.check(p, out, lse, label=f"[seed {seed} layer {layer}]")
+    assert plan.plans_made == 1
+
+
+@pytest.mark.usefixtures("sm90_tma_env")  # conftest.py: sm_90 only, the plan's own kernel path
 def test_kv_slot_runs_hint_in_a_cuda_graph_plan():
     """TreeAttentionPlan with the hint: plans the TMA kernel, replays in a CUDA graph with new slots."""
 
@@ -153,25 +181,27 @@ def test_kv_slot_runs_hint_in_a_cuda_graph_plan():
                                     slots=kinds, cache_3d=True, kv_slot_runs=64, seed=seed, device=DEV)
 
     p = make(8, ["runs", "scattered"])
-    plan = testing.plan(p, return_lse=True)
-    assert plan.info["name"].endswith(TMA_ROWS_MLA), plan.info
-    plan.run()
+    plan = testing.plan(p)
+    out, lse = testing.poisoned_outputs(p)
+    info = plan.info(p.q, p.k, out=out, lse=lse)
+    assert info["name"].endswith(TMA_ROWS_MLA) and info["k_tma"], info
+    testing.run_plan(plan, p, out=out, lse=lse)
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        plan.run()
+        testing.run_plan(plan, p, out=out, lse=lse)
         with torch.cuda.graph(g, stream=s):
-            plan.run()
+            testing.run_plan(plan, p, out=out, lse=lse)
     torch.cuda.current_stream().wait_stream(s)
     b = make(9, ["scattered", "runs"])
     for n in ("q", "k", "kv_indices", "tree_mask"):
         getattr(p, n).copy_(getattr(b, n))
-    plan.out.fill_(float("nan"))
+    out.fill_(float("nan"))
     g.replay()
     torch.cuda.synchronize()
-    testing.check(p, plan.out, plan.lse)
+    testing.check(p, out, lse)
 
 
 # ---------------------------------------------------------------------------

@@ -1,7 +1,9 @@
-"""TreeAttentionPlan's host side without a GPU (a fake extension, CPU tensors):
-run() refuses planned tensors whose storage or layout changed, out/lse/info are
-read-only, run() launches under the plan's device, debug mode checks after
-run() (not during capture), return_lse is a bool, and info has plan_info's keys.
+"""TreeAttentionPlan's host side without a GPU (a fake extension, CPU tensors
+standing in for CUDA ones): one C plan per layout however many runs, a new
+layout planned once, the run's pointers and stream reach the launch, the plan's
+tuning reaches va_plan_create, run() launches under the plan's device, debug
+mode checks after run() (not during capture), the batch arguments are checked
+at construction (naming the argument), and info() has plan_info's keys.
 """
 
 import pytest
@@ -9,6 +11,7 @@ import torch
 
 import verify_attn
 from verify_attn import attention, errors, masks
+from verify_attn import plan as plan_mod
 
 
 class _FakeC:
@@ -19,16 +22,42 @@ class _FakeC:
 
     def __init__(self, log):
         self.log = log
+        fake = self
 
-    def workspace_size(self, p):
-        return 0
+        class Plan:
+            def __init__(self, p, *options):
+                self.p = p
+                fake.log.append(("plan", options))
 
-    def query_config(self, p):
-        return {"name": "fake", "tile_m": 64, "tile_n": 64, "num_warps": 4, "num_stages": 2,
-                "num_splits": 1, "smem_bytes": 0, "sm_arch": 90}
+            def info(self):
+                return {"name": "fake", "tile_m": 64, "tile_n": 64, "num_warps": 4, "num_stages": 2,
+                        "num_splits": 1, "smem_bytes": 0, "sm_arch": 90, "workspace_bytes": 0,
+                        "k_tma": False, "q_tma": False, "o_tma": False, "grid_rows_fastest": False}
 
-    def attention(self, p):
-        self.log.append(("launch", p.stream))
+            def run(self, q, k, v, out, lse, ws, ws_bytes, stream):
+                fake.log.append(("launch", stream, (q, k, v, out, lse)))
+
+        self.Plan = Plan
+
+
+@pytest.fixture
+def env(monkeypatch):
+    """The fake extension; returns the event log (plans, device guard, launches, checks)."""
+    log = []
+    fake = _FakeC(log)
+    monkeypatch.setattr(attention, "_load_C", lambda: fake)
+    monkeypatch.setattr(attention, "_check_devices", lambda *a: None)
+    monkeypatch.setattr(attention, "_is_capturing", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device", lambda d: _Device(log, d))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda d=None: _Stream())
+    monkeypatch.setattr(errors, "error_word_ptr", lambda d: 0x7F00_0000_1000)
+    monkeypatch.setattr(errors, "check_errors", lambda d=None: log.append(("check", d)))
+    # CPU tensors stand in for CUDA ones: the plan's own device checks see "cpu".
+    monkeypatch.setattr(plan_mod.TreeAttentionPlan, "_check_batch_device", lambda self, t: None)
+    verify_attn.set_debug(False)
+    yield log
+    verify_attn.set_debug(False)
 
 
 class _Stream:
@@ -47,180 +76,160 @@ class _Device:
         return False
 
 
-@pytest.fixture
-def env(monkeypatch):
-    """The fake extension; returns the event log (device guard, launches, checks)."""
-    log = []
-    fake = _FakeC(log)
-    monkeypatch.setattr(attention, "_load_C", lambda: fake)
-    monkeypatch.setattr(attention, "_check_devices", lambda *a: None)
-    monkeypatch.setattr(attention, "_is_capturing", lambda: False)
-    monkeypatch.setattr(torch.cuda, "device", lambda d: _Device(log, d))
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda d=None: _Stream())
-    monkeypatch.setattr(errors, "error_word_ptr", lambda d: 0x7F00_0000_1000)
-    monkeypatch.setattr(errors, "check_errors", lambda d=None: log.append(("check", d)))
-    verify_attn.set_debug(False)
-    yield log
-    verify_attn.set_debug(False)
-
-
-def _paged(**kw):
+def _batch():
     qo = torch.tensor([0, 2, 6], dtype=torch.int32)
     parents = torch.tensor([-1, 0, -1, 0, 1, 1], dtype=torch.int32)
-    t = dict(q=torch.randn(6, 4, 64).to(torch.bfloat16),
-             k_cache=torch.randn(6, 4, 2, 64).to(torch.bfloat16),
-             v_cache=torch.randn(6, 4, 2, 64).to(torch.bfloat16),
-             qo_indptr=qo, kv_indptr=torch.tensor([0, 2, 5], dtype=torch.int32),
-             kv_indices=torch.tensor([4, 0, 2, 5, 1], dtype=torch.int32),
-             kv_len=torch.tensor([5, 9], dtype=torch.int32),
-             tree_mask=masks.from_parents(parents, qo))
-    args = dict(tree_mask=t["tree_mask"], max_q_len=4, max_kv_len=9)
-    args.update(kw)
-    return t, args
+    return dict(qo_indptr=qo, kv_indptr=torch.tensor([0, 2, 5], dtype=torch.int32),
+                kv_indices=torch.tensor([4, 0, 2, 5, 1], dtype=torch.int32),
+                kv_len=torch.tensor([5, 9], dtype=torch.int32), tree_mask=masks.from_parents(parents, qo))
+
+
+def _layer(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return dict(q=torch.randn(6, 4, 64, generator=g).to(torch.bfloat16),
+                k_cache=torch.randn(6, 4, 2, 64, generator=g).to(torch.bfloat16),
+                v_cache=torch.randn(6, 4, 2, 64, generator=g).to(torch.bfloat16))
 
 
 def _plan(**kw):
-    t, args = _paged(**kw)
-    p = verify_attn.TreeAttentionPlan(t["q"], t["k_cache"], t["v_cache"], t["qo_indptr"], t["kv_indptr"],
-                                      t["kv_indices"], t["kv_len"], **args)
-    return p, t
+    b = _batch()
+    args = dict(num_qo_heads=4, num_kv_heads=2, head_dim_qk=64, tree_mask=b["tree_mask"], max_q_len=4,
+                max_kv_len=9)
+    args.update(kw)
+    return verify_attn.TreeAttentionPlan(b["qo_indptr"], b["kv_indptr"], b["kv_indices"], b["kv_len"], **args)
 
 
-def _flat_plan(**kw):
-    qo = torch.tensor([0, 2, 6], dtype=torch.int32)
-    parents = torch.tensor([-1, 0, -1, 0, 1, 1], dtype=torch.int32)
-    t = dict(q=torch.randn(6, 4, 64).to(torch.bfloat16), k=torch.randn(14, 2, 64).to(torch.bfloat16),
-             v=torch.randn(14, 2, 64).to(torch.bfloat16), qo_indptr=qo,
-             kv_indptr=torch.tensor([0, 5, 14], dtype=torch.int32), tree_mask=masks.from_parents(parents, qo))
-    p = verify_attn.TreeAttentionPlan(t["q"], t["k"], t["v"], t["qo_indptr"], t["kv_indptr"],
-                                      tree_mask=t["tree_mask"], max_q_len=4, max_kv_len=9, **kw)
-    return p, t
+def _launches(log):
+    return [e for e in log if e[0] == "launch"]
 
 
-def test_run_launches_and_returns_the_planned_buffers(env):
-    p, _ = _plan(return_lse=True)
-    out, lse = p.run()
-    assert out is p.out and lse is p.lse
-    assert [e[0] for e in env if e[0] == "launch"] == ["launch"]
+def test_one_c_plan_for_many_layers(env):
+    p = _plan()
+    for layer in range(5):
+        t = _layer(layer)
+        out = p.run(t["q"], t["k_cache"], t["v_cache"])
+        assert out.shape == (6, 4, 64) and out.dtype == torch.bfloat16
+        q, k, v, o, lse = _launches(env)[-1][2]
+        assert (q, k, v, o, lse) == (t["q"].data_ptr(), t["k_cache"].data_ptr(), t["v_cache"].data_ptr(),
+                                     out.data_ptr(), 0)
+    assert p.plans_made == 1 and len(_launches(env)) == 5
+    assert [e for e in env if e[0] == "plan"] == [("plan", plan_mod.DEFAULT_OPTIONS)]
 
 
-@pytest.mark.parametrize("name", ["q", "k_cache", "v_cache", "qo_indptr", "kv_indptr", "kv_indices", "kv_len",
-                                  "tree_mask"])
-@pytest.mark.parametrize("how", ["resize_", "set_", "data"])
-def test_run_refuses_a_planned_tensor_moved_or_resized(env, name, how):
-    p, t = _plan()
-    x = t[name]
-    if how == "resize_":
-        x.resize_((x.shape[0] * 4,) + tuple(x.shape[1:]))  # grows: new storage, new shape
-    elif how == "set_":
-        x.set_(x.clone())  # same shape, another storage (the planned one may be freed)
-    else:
-        x.data = x.clone()
-    before = len(env)
-    with pytest.raises(ValueError, match=rf"^{name}: storage or shape changed since the plan"):
-        p.run()
-    assert len(env) == before  # nothing launched
+def test_a_new_layout_is_planned_once(env):
+    p = _plan()
+    t = _layer()
+    p.run(t["q"], t["k_cache"], t["v_cache"])
+    wide = torch.zeros(6, 4, 128, dtype=torch.bfloat16)[..., :64]  # another q stride
+    wide.copy_(t["q"])
+    for _ in range(3):
+        p.run(wide, t["k_cache"], t["v_cache"])
+    out, lse = p.run(t["q"], t["k_cache"], t["v_cache"], return_lse=True)  # with an lse: a layout too
+    p.run(t["q"], t["k_cache"], t["v_cache"], out=out, lse=lse)
+    assert lse.shape == (6, 4) and lse.dtype == torch.float32
+    # q / caches, the wider q, an allocated lse, and a given out (its strides are part of a layout)
+    assert p.plans_made == 4 and len(_launches(env)) == 6
 
 
-def test_run_refuses_a_flat_k_or_an_internal_buffer_changed(env):
-    p, t = _flat_plan(return_lse=True)
-    t["k"].resize_(20, 2, 64)
-    with pytest.raises(ValueError, match=r"^k: storage or shape changed since the plan"):
-        p.run()
-    p, t = _flat_plan(return_lse=True)
-    p.lse.resize_(0)
-    with pytest.raises(ValueError, match=r"^lse: storage or shape changed"):
-        p.run()
-    p, t = _flat_plan()
-    p.out.set_(torch.empty(6, 4, 64, dtype=torch.bfloat16))
-    with pytest.raises(ValueError, match=r"^out: storage or shape changed"):
-        p.run()
+def test_the_tuning_reaches_the_plan(env):
+    p = _plan(tuning=verify_attn.Tuning(config="gqa_d64_m64n64_s2", grid_order="requests", q_tma=False,
+                                        max_smem_bytes=101376))
+    t = _layer()
+    p.run(t["q"], t["k_cache"], t["v_cache"])
+    assert [e for e in env if e[0] == "plan"] == [("plan", ("gqa_d64_m64n64_s2", 2, 0, 2, 0, 101376))]
 
 
-def test_in_place_content_updates_are_fine(env):
-    p, t = _plan()
-    t["q"].copy_(torch.randn(6, 4, 64))
-    t["qo_indptr"].copy_(torch.tensor([0, 1, 3], dtype=torch.int32))
-    t["kv_len"].fill_(3)
-    t["k_cache"].resize_(6, 4, 2, 64)  # a resize_ to the same shape keeps the storage
-    p.run()
-    p.run()
-    assert len([e for e in env if e[0] == "launch"]) == 2
-
-
-@pytest.mark.parametrize("attr", ["out", "lse", "info"])
-def test_out_lse_info_are_read_only(env, attr):
-    p, _ = _plan(return_lse=True)
-    with pytest.raises(AttributeError):
-        setattr(p, attr, None)
-    with pytest.raises(AttributeError):
-        delattr(p, attr)
-    out, lse = p.run()
-    assert out is p.out and lse is p.lse
-
-
-def test_info_is_a_copy(env):
-    p, _ = _plan()
-    p.info["name"] = "changed"
-    assert p.info["name"] == "fake"
-
-
-def test_run_launches_under_the_plan_device(env):
-    p, _ = _plan()
+def test_run_launches_under_the_plan_device(env, monkeypatch):
+    p = _plan()
+    t = _layer()
+    p.run(t["q"], t["k_cache"], t["v_cache"])  # the layout's plan
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)  # another current device
     del env[:]
-    p.run()
-    assert env == [("enter", p.out.device), ("launch", 0x5), ("exit", p.out.device)]
+    p.run(t["q"], t["k_cache"], t["v_cache"])
+    assert [e[0] for e in env] == ["enter", "launch", "exit"] and env[1][1] == 0x5
 
 
 def test_debug_mode_checks_after_run(env):
-    p, _ = _plan()
-    p.run()
+    p = _plan()
+    t = _layer()
+    p.run(t["q"], t["k_cache"], t["v_cache"])
     assert [e for e in env if e[0] == "check"] == []
     verify_attn.set_debug(True)
     del env[:]
-    p.run()
-    p.run()
-    assert [e[0] for e in env if e[0] != "enter" and e[0] != "exit"] == ["launch", "check", "launch", "check"]
+    p.run(t["q"], t["k_cache"], t["v_cache"])
+    p.run(t["q"], t["k_cache"], t["v_cache"])
+    assert [e[0] for e in env if e[0] in ("launch", "check")] == ["launch", "check", "launch", "check"]
 
 
 def test_debug_mode_skips_the_check_while_capturing(env, monkeypatch):
-    p, _ = _plan()
+    p = _plan()
+    t = _layer()
     verify_attn.set_debug(True)
     monkeypatch.setattr(attention, "_is_capturing", lambda: True)
     del env[:]
-    p.run()
+    p.run(t["q"], t["k_cache"], t["v_cache"])
     assert [e[0] for e in env if e[0] in ("launch", "check")] == ["launch"]
-
-
-@pytest.mark.parametrize("bad", ["no", 1, None, 0.0])
-def test_return_lse_must_be_a_bool(env, bad):
-    with pytest.raises(TypeError, match=r"^return_lse: expected a bool"):
-        _plan(return_lse=bad)
-    t, args = _paged(return_lse=bad)
-    with pytest.raises(TypeError, match=r"^return_lse: expected a bool"):
-        verify_attn.plan_info(t["q"], t["k_cache"], t["v_cache"], t["qo_indptr"], t["kv_indptr"],
-                              t["kv_indices"], t["kv_len"], **args)
-
-
-@pytest.mark.parametrize("layout", ["paged", "flat"])
-def test_info_has_the_keys_of_plan_info(env, layout):
-    if layout == "paged":
-        p, _ = _plan()
-        t, args = _paged()
-        ref = verify_attn.plan_info(t["q"], t["k_cache"], t["v_cache"], t["qo_indptr"], t["kv_indptr"],
-                                    t["kv_indices"], t["kv_len"], **args)
-    else:
-        p, t = _flat_plan()
-        ref = verify_attn.plan_info(t["q"], t["k"], t["v"], t["qo_indptr"], t["kv_indptr"],
-                                    tree_mask=t["tree_mask"], max_q_len=4, max_kv_len=9)
-    assert p.info == ref
-    assert p.info["kv_layout"] == layout and p.info["v_is_k_prefix"] == 0
-    assert (p.info["max_q_len"], p.info["max_kv_len"], p.info["workspace_bytes"]) == (4, 9, 0)
 
 
 @pytest.mark.parametrize("missing", ["max_q_len", "max_kv_len"])
 def test_a_missing_bound_is_named(env, missing):
-    t, args = _paged(**{missing: None})
     with pytest.raises(ValueError, match=rf"^{missing}: a plan needs host upper bounds"):
-        verify_attn.TreeAttentionPlan(t["q"], t["k_cache"], t["v_cache"], t["qo_indptr"], t["kv_indptr"],
-                                      t["kv_indices"], t["kv_len"], **args)
+        _plan(**{missing: None})
+
+
+@pytest.mark.parametrize("kw,err,match", [
+    (dict(tree_mask=None), ValueError, r"^tree_mask: pass exactly one of tree_mask and causal=True \(neither"),
+    (dict(causal=True), ValueError, r"^tree_mask: pass exactly one of tree_mask and causal=True \(both"),
+    (dict(causal=1), TypeError, r"^causal: expected a bool"),
+    (dict(max_q_len=0), ValueError, r"^max_q_len: must be in \[1, 1024\]"),
+    (dict(max_q_len=1025), ValueError, r"^max_q_len: must be in \[1, 1024\]"),
+    (dict(max_kv_len=-1), ValueError, r"^max_kv_len: must be in \[0, 2\^31-1\]"),
+    (dict(num_kv_heads=3), ValueError, r"^num_kv_heads: 3 must divide num_qo_heads 4"),
+    (dict(num_qo_heads=0), ValueError, r"^num_qo_heads: must be >= 1"),
+    (dict(dtype=torch.float32), TypeError, r"^dtype: torch.float16 or torch.bfloat16"),
+    (dict(tuning="fast"), TypeError, r"^tuning: expected a verify_attn.Tuning"),
+    (dict(tuning=verify_attn.Tuning(grid_order="cols")), ValueError, r"^tuning.grid_order"),
+    (dict(tuning=verify_attn.Tuning(max_smem_bytes=-1)), ValueError, r"^tuning.max_smem_bytes"),
+])
+def test_plan_arguments_are_named(env, kw, err, match):
+    with pytest.raises(err, match=match):
+        _plan(**kw)
+
+
+def test_index_dtypes_and_the_paged_pair(env):
+    b = _batch()
+    args = dict(num_qo_heads=4, num_kv_heads=2, head_dim_qk=64, tree_mask=b["tree_mask"], max_q_len=4,
+                max_kv_len=9)
+    with pytest.raises(TypeError, match=r"^kv_len: expected dtype torch.int32"):
+        verify_attn.TreeAttentionPlan(b["qo_indptr"], b["kv_indptr"], b["kv_indices"], b["kv_len"].long(), **args)
+    with pytest.raises(ValueError, match=r"^kv_indices: required for the paged layout"):
+        verify_attn.TreeAttentionPlan(b["qo_indptr"], b["kv_indptr"], None, b["kv_len"], **args)
+    with pytest.raises(ValueError, match=r"^kv_len: required for the paged layout"):
+        verify_attn.TreeAttentionPlan(b["qo_indptr"], b["kv_indptr"], b["kv_indices"], None, **args)
+
+
+def test_a_run_that_does_not_fit_the_plan_is_named(env):
+    p = _plan()
+    t = _layer()
+    with pytest.raises(TypeError, match=r"^q: dtype torch.float16 differs from the plan's torch.bfloat16"):
+        p.run(t["q"].half(), t["k_cache"], t["v_cache"])
+    with pytest.raises(ValueError, match=r"^q: expected shape \[total_q, 4, 64\]"):
+        p.run(t["q"][:, :2], t["k_cache"], t["v_cache"])
+    with pytest.raises(ValueError, match=r"^v_cache: required \(the plan is MHA/GQA"):
+        p.run(t["q"], t["k_cache"], None)
+    assert _launches(env) == [] and p.plans_made == 0
+
+
+def test_info_has_the_keys_of_plan_info(env):
+    p = _plan()
+    t = _layer()
+    b = _batch()
+    ref = verify_attn.plan_info(t["q"], t["k_cache"], t["v_cache"], b["qo_indptr"], b["kv_indptr"],
+                                b["kv_indices"], b["kv_len"], tree_mask=b["tree_mask"], max_q_len=4, max_kv_len=9)
+    info = p.info(t["q"], t["k_cache"], t["v_cache"])
+    assert info == ref
+    assert info["kv_layout"] == "paged" and info["v_is_k_prefix"] == 0
+    assert (info["max_q_len"], info["max_kv_len"], info["workspace_bytes"]) == (4, 9, 0)
+    info["name"] = "changed"
+    assert p.info(t["q"], t["k_cache"], t["v_cache"])["name"] == "fake"  # a copy
+    assert _launches(env) == []

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import verify_attn
+import verify_attn as va
 from verify_attn import masks, testing
 
 CPU = "cpu"
@@ -204,48 +205,49 @@ def test_poisoned_outputs(layout):
 # ---------------------------------------------------------------------------
 # kernel paths: one place, undone on the way out
 
-KNOBS = testing._KNOBS
+def _tuning():
+    return testing.current_tuning()
 
 
-def _env():
-    return {k: os.environ[k] for k in KNOBS if k in os.environ}
-
-
-def test_kernel_path_sets_and_restores_the_knobs(monkeypatch):
-    monkeypatch.setenv("VERIFY_ATTN_O_TMA", "0")  # a knob set by hand, outside
-    before = _env()
+def test_kernel_path_sets_and_restores_the_tuning():
+    before = _tuning()
+    assert before == va.Tuning()
     with testing.kernel_path("mma_sync", grid_order="rows") as spec:
         assert spec.config == testing.PORTABLE_MLA
-        assert _env() == {"VERIFY_ATTN_FORCE_CONFIG": "mla_m32n32_s1", "VERIFY_ATTN_GRID_ORDER": "rows"}
-        with testing.kernel_path(q_tma=False, require_k_tma=True, early_a0="yes"):  # refines the enclosing path
-            assert _env() == {"VERIFY_ATTN_FORCE_CONFIG": "mla_m32n32_s1", "VERIFY_ATTN_GRID_ORDER": "rows",
-                              "VERIFY_ATTN_Q_TMA": "0", "VERIFY_ATTN_REQUIRE_K_TMA": "1",
-                              "VERIFY_ATTN_EARLY_A0": "yes"}
-        with testing.kernel_path("strict"):
-            assert _env() == {"VERIFY_ATTN_REQUIRE_K_TMA": "1"}
-        assert _env() == {"VERIFY_ATTN_FORCE_CONFIG": "mla_m32n32_s1", "VERIFY_ATTN_GRID_ORDER": "rows"}
-    assert _env() == before
+        assert _tuning() == va.Tuning(config="mla_m32n32_s1", grid_order="rows")
+        with testing.kernel_path(q_tma=False, early_a0=True):  # refines the enclosing path
+            assert _tuning() == va.Tuning(config="mla_m32n32_s1", grid_order="rows", q_tma=False,
+                                          early_release=True)
+        with testing.kernel_path("auto"):
+            assert _tuning() == va.Tuning()
+        assert _tuning() == va.Tuning(config="mla_m32n32_s1", grid_order="rows")
+    assert _tuning() == before
     with pytest.raises(RuntimeError):
-        with testing.kernel_path(testing.KernelPath(o_tma=True, k_rows_map=False)):
-            assert _env() == {"VERIFY_ATTN_O_TMA": "1", "VERIFY_ATTN_K_ROWS_TMA": "0"}
+        with testing.kernel_path(testing.KernelPath(o_tma=False)):
+            assert _tuning() == va.Tuning(o_tma=False)
             raise RuntimeError
-    assert _env() == before
+    assert _tuning() == before
     with pytest.raises(ValueError, match="unknown kernel path"):
         with testing.kernel_path("no_such_path"):
             pass
-    assert set(testing.PATHS) >= {"auto", "strict", "mma_sync", "cp_async", "tma", "tma_rows"}
+    with pytest.raises(TypeError, match="tuning.early_release"):
+        with testing.kernel_path(early_a0="yes"):
+            pass
+    assert _tuning() == before
+    assert set(testing.PATHS) >= {"auto", "mma_sync", "cp_async", "tma", "tma_rows"}
+    assert va.Tuning(config="x", grid_order="requests", early_release=False, q_tma=False, o_tma=False,
+                     max_smem_bytes=101376).options() == ("x", 2, 2, 2, 2, 101376)
 
 
 def test_kernel_path_fixture(kernel_path):
     kernel_path("cp_async")
-    assert os.environ["VERIFY_ATTN_FORCE_CONFIG"] == testing.CP_ASYNC_MLA
+    assert _tuning().config == testing.CP_ASYNC_MLA
     kernel_path(o_tma=False)
-    assert os.environ["VERIFY_ATTN_FORCE_CONFIG"] == testing.CP_ASYNC_MLA and os.environ["VERIFY_ATTN_O_TMA"] == "0"
+    assert _tuning() == va.Tuning(config=testing.CP_ASYNC_MLA, o_tma=False)
 
 
 def test_kernel_path_fixture_undone():
-    assert "VERIFY_ATTN_FORCE_CONFIG" not in os.environ or os.environ["VERIFY_ATTN_FORCE_CONFIG"] != \
-        testing.CP_ASYNC_MLA
+    assert _tuning() == va.Tuning()
 
 
 def test_configurations_named_exist():

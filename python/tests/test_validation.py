@@ -486,8 +486,10 @@ def _plan_info(a, kv_indices, kv_len):
 
 
 def _plan(a, kv_indices, kv_len):
-    return verify_attn.TreeAttentionPlan(a["q"], a["k"], a["v"], a["qo_indptr"], a["kv_indptr"], kv_indices,
-                                         kv_len, tree_mask=a["tree_mask"], max_q_len=4, max_kv_len=9)
+    return verify_attn.TreeAttentionPlan(a["qo_indptr"], a["kv_indptr"], kv_indices, kv_len,
+                                         num_qo_heads=a["q"].shape[1], num_kv_heads=a["k"].shape[-2],
+                                         head_dim_qk=a["q"].shape[-1], tree_mask=a["tree_mask"], max_q_len=4,
+                                         max_kv_len=9)
 
 
 @pytest.mark.parametrize("entry", [_plan_info, _plan], ids=["plan_info", "TreeAttentionPlan"])
@@ -500,5 +502,7 @@ def test_plan_info_and_plan_decide_paged_alike(entry):
         entry(a, None, kv_len)
     with pytest.raises(ValueError, match=r"^kv_len: required for the paged layout"):
         entry(a, torch.arange(14, dtype=torch.int32), None)
-    with pytest.raises(ValueError, match=r"^q: must be a CUDA tensor"):
+    # Flat: the plan_info call names q, the plan (which takes no q) its first tensor.
+    first = "q" if entry is _plan_info else "qo_indptr"
+    with pytest.raises(ValueError, match=rf"^{first}: must be a CUDA tensor"):
         entry(a, None, None)

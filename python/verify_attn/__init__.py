@@ -9,7 +9,7 @@ from ._version import __version__
 from .runtime import runtime_info
 from . import masks, reference
 from .attention import plan_info, tree_attention_flat, tree_attention_paged
-from .plan import TreeAttentionPlan
+from .plan import TreeAttentionPlan, Tuning
 from .reference import (
     gather_paged_kv,
     reference_attention_bruteforce,
@@ -28,6 +28,7 @@ __all__ = [
     "tree_attention_paged",
     "plan_info",
     "TreeAttentionPlan",
+    "Tuning",
     "gather_paged_kv",
     "reference_attention_flat",
     "reference_attention_paged",

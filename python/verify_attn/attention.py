@@ -58,7 +58,7 @@ launch: importing this module, and all argument validation, work without it.
 """
 
 import math
-from typing import Optional, Tuple, Union
+from typing import List, Optional, Tuple, Union
 
 import torch
 
@@ -110,6 +110,12 @@ def _layout_code(paged: bool, kv_slot_runs, page_size: int) -> int:
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16)
 
 TensorOrPair = Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]
+
+
+def _tuning_options(tuning):
+    from .plan import tuning_options  # noqa: PLC0415 (plan imports this module)
+
+    return tuning_options(tuning)
 
 
 def _load_C():
@@ -605,7 +611,7 @@ def _build_params(
 
 def _launch(
     q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, kv_layout, page_size,
-    causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out, lse,
+    causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out, lse, options,
 ) -> None:
     tensors = (q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, out, lse)
     _check_strides(kv_layout, *tensors)
@@ -618,15 +624,13 @@ def _launch(
             _C, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, kv_layout, page_size,
             causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out, lse,
         )
-        ws_bytes = int(_C.workspace_size(p))
-        if ws_bytes > 0:
-            ws = torch.empty(ws_bytes, dtype=torch.uint8, device=q.device)
-            p.workspace = ws.data_ptr()
-            p.workspace_bytes = ws_bytes
         # The device's error buffer (allocated once, outside graph capture):
         # the kernel records bad device-side indices/lengths there, no host sync.
         p.error_word = _errors.error_word_ptr(q.device)
-        _C.attention(p)
+        plan = _C.Plan(p, *options)  # one plan: validation, kernel, splits, workspace
+        ws_bytes = int(plan.info()["workspace_bytes"])
+        ws = torch.empty(ws_bytes, dtype=torch.uint8, device=q.device) if ws_bytes > 0 else None
+        plan.run(p.q, p.k, p.v, p.out, p.lse, 0 if ws is None else ws.data_ptr(), ws_bytes, p.stream)
         # ws is released to the caching allocator after the launch was enqueued on
         # the current stream; stream-ordered reuse keeps this safe.
     if _errors.debug_enabled() and not _is_compiling() and not _is_capturing():
@@ -656,6 +660,8 @@ def _tree_attention_op(
     max_kv_len: int,
     num_splits: int,
     return_lse: bool,
+    tuning_config: str,
+    tuning_flags: List[int],
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     total_q, H = q.shape[0], q.shape[1]
     out = torch.empty((total_q, H, head_dim_vo), dtype=q.dtype, device=q.device)
@@ -663,7 +669,7 @@ def _tree_attention_op(
     _launch(
         q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, kv_layout, page_size,
         causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out,
-        lse if return_lse else None,
+        lse if return_lse else None, (tuning_config, *tuning_flags),
     )
     return out, lse
 
@@ -672,6 +678,7 @@ def _tree_attention_op(
 def _tree_attention_fake(
     q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, kv_layout, page_size,
     causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, return_lse,
+    tuning_config, tuning_flags,
 ):
     total_q, H = q.shape[0], q.shape[1]
     out = q.new_empty((total_q, H, head_dim_vo))
@@ -699,12 +706,14 @@ def _tree_attention_out_op(
     num_splits: int,
     out: torch.Tensor,
     lse: torch.Tensor,
+    tuning_config: str,
+    tuning_flags: List[int],
 ) -> None:
     """``lse`` with zero elements means: do not write an LSE."""
     _launch(
         q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, kv_layout, page_size,
         causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out,
-        lse if lse.numel() > 0 else None,
+        lse if lse.numel() > 0 else None, (tuning_config, *tuning_flags),
     )
 
 
@@ -712,6 +721,7 @@ def _tree_attention_out_op(
 def _tree_attention_out_fake(
     q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, kv_layout, page_size,
     causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out, lse,
+    tuning_config, tuning_flags,
 ):
     return None
 
@@ -739,7 +749,7 @@ def _prepare(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size
 
 def _run(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tree_mask, causal,
          sm_scale, head_dim_vo, max_q_len, max_kv_len, return_lse, num_splits, out, lse,
-         kv_slot_runs=1):
+         kv_slot_runs=1, tuning=None):
     ps, d_vo, scale, mq, mkv = _prepare(
         paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tree_mask,
         causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out, lse,
@@ -747,10 +757,11 @@ def _run(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tr
     layout = _layout_code(paged, kv_slot_runs, ps)
     causal = bool(causal)  # checked by _prepare
     return_lse = as_bool(return_lse, "return_lse")
+    config, *flags = _tuning_options(tuning)
     if out is None and lse is None:
         o, l = torch.ops.verify_attn.tree_attention(
             q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, layout, ps,
-            causal, scale, d_vo, mq, mkv, int(num_splits), bool(return_lse),
+            causal, scale, d_vo, mq, mkv, int(num_splits), bool(return_lse), config, flags,
         )
         return (o, l) if return_lse else o
     if out is None:
@@ -760,7 +771,7 @@ def _run(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tr
     lse_arg = lse if lse is not None else torch.empty((0,), dtype=torch.float32, device=q.device)
     torch.ops.verify_attn.tree_attention_out(
         q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, layout, ps,
-        causal, scale, d_vo, mq, mkv, int(num_splits), out, lse_arg,
+        causal, scale, d_vo, mq, mkv, int(num_splits), out, lse_arg, config, flags,
     )
     return (out, lse) if return_lse else out
 
@@ -782,6 +793,7 @@ def tree_attention_flat(
     num_splits: int = 0,
     out: Optional[torch.Tensor] = None,
     lse: Optional[torch.Tensor] = None,
+    tuning=None,
 ) -> TensorOrPair:
     """Tree-verify attention over a flat (request-contiguous) KV layout.
 
@@ -815,10 +827,16 @@ def tree_attention_flat(
         its elements must not overlap in memory (no ``expand``-ed views).
       lse: optional preallocated fp32 ``[total_q, H]`` to write (any strides
         that do not overlap).
+      tuning: optional :class:`verify_attn.Tuning`, explicit kernel choices
+        (benchmarks, tests); None = the plan's rules.
 
     Returns:
       ``out`` ``[total_q, H, D_vo]`` in q's dtype, or ``(out, lse)`` when
       ``return_lse``.
+
+    A one-shot call plans and runs (``va_plan_create`` + ``va_plan_run``); a
+    model calling attention once per layer should plan once per batch with
+    :class:`verify_attn.TreeAttentionPlan` and run it per layer.
 
     Raises:
       TypeError: a dtype is wrong (q/k/v not one shared fp16/bf16 dtype, an index
@@ -843,7 +861,8 @@ def tree_attention_flat(
         flagged.
     """
     return _run(False, q, k, v, qo_indptr, kv_indptr, None, None, None, tree_mask, causal,
-                sm_scale, head_dim_vo, max_q_len, max_kv_len, return_lse, num_splits, out, lse)
+                sm_scale, head_dim_vo, max_q_len, max_kv_len, return_lse, num_splits, out, lse,
+                tuning=tuning)
 
 
 def tree_attention_paged(
@@ -867,6 +886,7 @@ def tree_attention_paged(
     out: Optional[torch.Tensor] = None,
     lse: Optional[torch.Tensor] = None,
     kv_slot_runs: int = 1,
+    tuning=None,
 ) -> TensorOrPair:
     """Tree-verify attention over a paged KV cache.
 
@@ -948,7 +968,7 @@ def tree_attention_paged(
     """
     return _run(True, q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, kv_len, page_size,
                 tree_mask, causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, return_lse,
-                num_splits, out, lse, kv_slot_runs)
+                num_splits, out, lse, kv_slot_runs, tuning)
 
 
 def plan_info(
@@ -970,6 +990,7 @@ def plan_info(
     return_lse: bool = False,
     num_splits: int = 0,
     kv_slot_runs: int = 1,
+    tuning=None,
 ) -> dict:
     """Which kernel configuration a call with these arguments would run (nothing is launched).
 
@@ -985,13 +1006,17 @@ def plan_info(
     :func:`tree_attention_flat` / :func:`tree_attention_paged`; ``kv_slot_runs``
     (int >= 1, default 1) is :func:`tree_attention_paged`'s hint (paged caches
     of page_size 1 only; a multiple of 64 can change the configuration, see
-    ``name`` below).
+    ``name`` below); ``tuning`` (:class:`verify_attn.Tuning`) the explicit
+    choices the call would run with.
 
     Returns:
-      dict with the extension's ``query_config`` fields (``name``, ``tile_m``,
-      ``tile_n``, ``num_warps``, ``num_stages``, ``num_splits``, ``smem_bytes``,
-      ``sm_arch``) plus ``workspace_bytes``, ``max_q_len``, ``max_kv_len``,
-      ``kv_layout`` ("flat"/"paged"), ``v_is_k_prefix``. ``name`` is
+      dict of the plan (``va_plan_info``): ``name``, ``tile_m``, ``tile_n``,
+      ``num_warps``, ``num_stages``, ``num_splits``, ``smem_bytes``, ``sm_arch``,
+      ``workspace_bytes``, ``k_tma`` / ``q_tma`` / ``o_tma`` (K tiles, the Q tile,
+      the unsplit output by bulk tensor copies), ``grid_rows_fastest``; plus
+      ``max_q_len``, ``max_kv_len``, ``kv_layout`` ("flat"/"paged"),
+      ``v_is_k_prefix``. What it names is what the launch runs (no fallback
+      happens at launch time). ``name`` is
       ``<path>_<dtype>_<config>``: path ``wgmma`` (the sm_90a MLA kernels, chosen
       for MLA on sm_90: kernels/sm90/mla_seesaw_kernel.cuh, config
       ``mla_wgmma_seesaw_tma``, for flat caches and paged caches with page_size a
@@ -1022,21 +1047,15 @@ def plan_info(
     _check_strides(layout, *tensors)
     _check_devices(layout, *tensors)
     _C = _load_C()
+    options = _tuning_options(tuning)
     with torch.cuda.device(q.device):
         p = _build_params(
             _C, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, layout, ps,
             bool(causal), scale, d_vo, mq, mkv, int(num_splits), out, lse,
         )
-        return _config_info(_C, p, int(_C.workspace_size(p)), mq, mkv)
-
-
-def _config_info(_C, p, workspace_bytes: int, max_q_len: int, max_kv_len: int) -> dict:
-    """The dict of :func:`plan_info` (also ``TreeAttentionPlan.info``) for built params ``p``;
-    call under ``torch.cuda.device`` of the tensors."""
-    info = dict(_C.query_config(p))
-    info["workspace_bytes"] = int(workspace_bytes)
-    info["max_q_len"] = int(max_q_len)
-    info["max_kv_len"] = int(max_kv_len)
+        info = dict(_C.Plan(p, *options).info())
+    info["max_q_len"] = int(mq)
+    info["max_kv_len"] = int(mkv)
     info["kv_layout"] = "paged" if int(p.kv_layout) == int(_C.KV_PAGED) else "flat"
     info["v_is_k_prefix"] = int(p.v_is_k_prefix)
     return info

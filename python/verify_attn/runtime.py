@@ -17,7 +17,7 @@ def runtime_info():
           e.g. ``["sm_90a", "sm_120a"]``,
         ``config_tags`` (list[str]): every kernel configuration's tag, in
           the plan's order (``va_config_tags``): the names
-          ``VERIFY_ATTN_FORCE_CONFIG`` and ``bench --compare_configs`` take.
+          ``Tuning(config=...)`` and ``bench --compare_configs`` take.
 
     Raises:
       ImportError: the compiled extension is not available.

@@ -588,66 +588,44 @@ TMA_ROWS_MLA = "mla_wgmma_seesaw_tma_rows"    # sm_90a: K by TMA through the row
 
 @dataclasses.dataclass(frozen=True)
 class KernelPath:
-    """A kernel path: None leaves a choice to the plan / the launch.
+    """A kernel path: None leaves a choice to the plan.
 
-    config: the configuration to run (where it serves the call).
-    k_rows_map: False: the launch refuses the TMA kernel's rows map (flat MLA
-      caches, page_size 1 with the kv_slot_runs hint then run cp.async).
+    config: the configuration to run (where it serves the call; the plan's
+      choice otherwise: ``plan_info`` says which ran).
     q_tma / o_tma: False: the sm_90a kernels copy Q by cp.async / store the
       output from registers instead of by TMA.
     early_a0: the TMA kernel's early release of stage 0's blocks 0-3 on / off.
     grid_order: ``"rows"`` or ``"requests"``: the launch grid's order.
-    require_k_tma / require_q_tma / require_o_tma: a planned TMA path that
-      cannot be taken fails instead of falling back, so a passing test ran it.
-    (A str given for a switch is passed on as it is: the knobs' own checks.)
     """
 
     config: Optional[str] = None
-    k_rows_map: Optional[bool] = None
     q_tma: Optional[bool] = None
     o_tma: Optional[bool] = None
-    early_a0: Optional[Union[bool, str]] = None
+    early_a0: Optional[bool] = None
     grid_order: Optional[str] = None
-    require_k_tma: Optional[bool] = None
-    require_q_tma: Optional[bool] = None
-    require_o_tma: Optional[bool] = None
+
+    def tuning(self) -> "_va.Tuning":
+        """The :class:`verify_attn.Tuning` of this path."""
+        return _va.Tuning(config=self.config or "", grid_order=self.grid_order or "auto",
+                          early_release=self.early_a0,
+                          q_tma=True if self.q_tma is None else self.q_tma,
+                          o_tma=True if self.o_tma is None else self.o_tma)
 
 
 PATHS: Dict[str, KernelPath] = {
     "auto": KernelPath(),                     # the plan's choice
-    "strict": KernelPath(require_k_tma=True),  # the plan's choice, and a planned TMA kernel runs as planned
     "mma_sync": KernelPath(config=PORTABLE_MLA),
     "cp_async": KernelPath(config=CP_ASYNC_MLA),
     "tma": KernelPath(config=TMA_MLA),
     "tma_rows": KernelPath(config=TMA_ROWS_MLA),
 }
 
-_KNOBS = (
-    "VERIFY_ATTN_FORCE_CONFIG", "VERIFY_ATTN_K_ROWS_TMA", "VERIFY_ATTN_Q_TMA", "VERIFY_ATTN_O_TMA",
-    "VERIFY_ATTN_EARLY_A0", "VERIFY_ATTN_GRID_ORDER", "VERIFY_ATTN_REQUIRE_K_TMA",
-    "VERIFY_ATTN_REQUIRE_Q_TMA", "VERIFY_ATTN_REQUIRE_O_TMA",
-)
 _ACTIVE: List[KernelPath] = []
 
 
-def _knobs(path: KernelPath) -> Dict[str, str]:
-    """Today's environment knobs of a kernel path (kernels/plan.cc, kernels/sm90/tma_host.h)."""
-
-    def switch(x):
-        return x if x is None or isinstance(x, str) else ("1" if x else "0")
-
-    env = {
-        "VERIFY_ATTN_FORCE_CONFIG": path.config,
-        "VERIFY_ATTN_K_ROWS_TMA": switch(path.k_rows_map),
-        "VERIFY_ATTN_Q_TMA": switch(path.q_tma),
-        "VERIFY_ATTN_O_TMA": switch(path.o_tma),
-        "VERIFY_ATTN_EARLY_A0": switch(path.early_a0),
-        "VERIFY_ATTN_GRID_ORDER": path.grid_order,
-        "VERIFY_ATTN_REQUIRE_K_TMA": switch(path.require_k_tma),
-        "VERIFY_ATTN_REQUIRE_Q_TMA": switch(path.require_q_tma),
-        "VERIFY_ATTN_REQUIRE_O_TMA": switch(path.require_o_tma),
-    }
-    return {name: value for name, value in env.items() if value is not None}
+def current_tuning() -> "_va.Tuning":
+    """The :class:`verify_attn.Tuning` of the innermost :func:`kernel_path` (the defaults outside any)."""
+    return (_ACTIVE[-1] if _ACTIVE else PATHS["auto"]).tuning()
 
 
 @contextlib.contextmanager
@@ -657,9 +635,9 @@ def kernel_path(path: Union[None, str, KernelPath] = None, **fields) -> Iterator
     ``path``: a :data:`PATHS` name or a :class:`KernelPath`; None: the path of
     the enclosing ``kernel_path`` (``"auto"`` outside any). ``fields`` replace
     fields of it (``kernel_path("mma_sync", grid_order="rows")``,
-    ``kernel_path(q_tma=False)`` inside another). Today a path is a set of
-    environment knobs, read at each call: every knob of another path (an outer
-    one, or one set by hand) is cleared inside and restored on the way out.
+    ``kernel_path(q_tma=False)`` inside another). The helpers below
+    (:func:`call`, :func:`run`, :func:`plan_info`, :func:`plan`) pass the
+    path's :class:`verify_attn.Tuning` as their ``tuning`` argument.
     Yields the :class:`KernelPath`.
     """
     if path is None:
@@ -671,20 +649,12 @@ def kernel_path(path: Union[None, str, KernelPath] = None, **fields) -> Iterator
     else:
         raise ValueError(f"path: unknown kernel path {path!r}; expected a KernelPath or one of {sorted(PATHS)}")
     spec = dataclasses.replace(base, **fields)
-    saved = {name: os.environ.get(name) for name in _KNOBS}
-    for name in _KNOBS:
-        os.environ.pop(name, None)
-    os.environ.update(_knobs(spec))
+    spec.tuning().options()  # a bad field fails here, naming it
     _ACTIVE.append(spec)
     try:
         yield spec
     finally:
         _ACTIVE.pop()
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 # ---------------------------------------------------------------------------
@@ -698,7 +668,7 @@ def call(p: Problem, *, out=None, lse=None, return_lse: bool = False, num_splits
     ``kwargs`` replace them); returns what the call returns."""
     kw = dict(tree_mask=p.tree_mask, causal=p.causal, sm_scale=p.sm_scale, max_q_len=p.max_q_len,
               max_kv_len=p.max_kv_len, return_lse=return_lse, num_splits=num_splits, out=out, lse=lse,
-              head_dim_vo=head_dim_vo)
+              head_dim_vo=head_dim_vo, tuning=current_tuning())
     if p.paged:
         kw.update(page_size=p.page_size, kv_slot_runs=p.kv_slot_runs)
         kw.update(kwargs)
@@ -762,7 +732,7 @@ def plan_info(p: Problem, **kwargs) -> dict:
     """``verify_attn.plan_info`` of problem ``p`` (its layout, mask and host
     bounds); ``kwargs`` add to or replace its arguments."""
     kw = dict(tree_mask=p.tree_mask, causal=p.causal, sm_scale=p.sm_scale, max_q_len=p.max_q_len,
-              max_kv_len=p.max_kv_len)
+              max_kv_len=p.max_kv_len, tuning=current_tuning())
     if p.paged:
         kw.update(page_size=p.page_size, kv_slot_runs=p.kv_slot_runs)
     kw.update(kwargs)
@@ -770,15 +740,27 @@ def plan_info(p: Problem, **kwargs) -> dict:
 
 
 def plan(p: Problem, **kwargs):
-    """A ``verify_attn.TreeAttentionPlan`` of problem ``p`` (its host bounds, or
-    the exact ones where it has none); ``kwargs`` add to or replace its arguments."""
+    """A ``verify_attn.TreeAttentionPlan`` of problem ``p``'s batch (its indices,
+    mask, heads, dims, dtype, host bounds, or the exact ones where it has none,
+    and the current :func:`kernel_path`'s tuning); ``kwargs`` add to or replace
+    its arguments. Run it with ``plan.run(p.q, p.k, p.v if not p.mla else None, ...)``
+    (:func:`run_plan`)."""
     kw = dict(tree_mask=p.tree_mask, causal=p.causal, sm_scale=p.sm_scale,
+              num_qo_heads=p.heads, num_kv_heads=p.k.shape[-2], head_dim_qk=p.q.shape[-1],
+              head_dim_vo=p.d_vo, dtype=p.dtype,
               max_q_len=max(p.q_lens, default=0) if p.max_q_len is None else p.max_q_len,
-              max_kv_len=max(p.kv_lens, default=0) if p.max_kv_len is None else p.max_kv_len)
+              max_kv_len=max(p.kv_lens, default=0) if p.max_kv_len is None else p.max_kv_len,
+              tuning=current_tuning())
     if p.paged:
         kw.update(page_size=p.page_size, kv_slot_runs=p.kv_slot_runs)
     kw.update(kwargs)
-    return _va.TreeAttentionPlan(p.q, p.k, p.v, p.qo_indptr, p.kv_indptr, p.kv_indices, p.kv_len, **kw)
+    return _va.TreeAttentionPlan(p.qo_indptr, p.kv_indptr, p.kv_indices, p.kv_len, **kw)
+
+
+def run_plan(pl, p: Problem, **kwargs):
+    """``pl.run`` on problem ``p``'s q and caches (``v`` None for MLA); ``kwargs``
+    as :meth:`verify_attn.TreeAttentionPlan.run` takes them."""
+    return pl.run(p.q, p.k, None if p.mla else p.v, **kwargs)
 
 
 # ---------------------------------------------------------------------------

@@ -11,10 +11,15 @@ memcheck sees a read past the cache (gpu_run.sh does).
 Run by tools/gpu_run.sh under memcheck, racecheck and initcheck:
 
     compute-sanitizer --tool memcheck --error-exitcode 3 python3 tools/checks/sanitize_cases.py
+
+--config TAG runs every call that it serves on that configuration (racecheck
+runs the MLA cases on the portable kernel: verify_attn.Tuning(config=...));
+--o_tma=off stores the unsplit output from registers (initcheck does not see
+the copy engine's stores).
 """
 
+import argparse
 import functools
-import os
 import random
 import sys
 
@@ -44,7 +49,7 @@ def make_case(rng, *, mla, paged, dtype, batch, q_len, prefix, heads, hkv, d, pa
         k = torch.randn(rows, hkv, dqk, device=dev, dtype=dtype)
         v = None if mla else torch.randn(rows, hkv, dvo, device=dev, dtype=dtype)
         args = (q, k, v, qo_indptr, kv_indptr)
-        fn, ref = verify_attn.tree_attention_flat, reference.reference_attention_flat
+        fn, ref = functools.partial(verify_attn.tree_attention_flat, tuning=TUNING), reference.reference_attention_flat
         kw = {}
     else:
         pages = [(n + page_size - 1) // page_size for n in kv_lens]
@@ -57,7 +62,7 @@ def make_case(rng, *, mla, paged, dtype, batch, q_len, prefix, heads, hkv, d, pa
         v = None if mla else torch.randn(num_pages, page_size, hkv, dvo, device=dev, dtype=dtype)
         kv_len = torch.tensor(kv_lens, dtype=torch.int32, device=dev)
         args = (q, k, v, qo_indptr, kv_indptr, perm, kv_len)
-        fn, ref = verify_attn.tree_attention_paged, reference.reference_attention_paged
+        fn, ref = functools.partial(verify_attn.tree_attention_paged, tuning=TUNING), reference.reference_attention_paged
         if kv_slot_runs > 1:  # the hint: sm_90 MLA takes the TMA kernel, boxing runs, gathering the rest
             fn = functools.partial(fn, kv_slot_runs=kv_slot_runs)
         kw = {}
@@ -69,8 +74,8 @@ def bad_index_case(rng, *, mla, splits, page_size=None, kv_slot_runs=1):
     rows are NaN; request 0 stays exact.
 
     kv_slot_runs=64 (page_size 1, MLA): slots in runs of 64, so the plan takes the
-    rows-map TMA kernel (mla_wgmma_seesaw_tma_rows; asserted unless
-    VERIFY_ATTN_FORCE_CONFIG forces another, as gpu_run.sh does under racecheck); one
+    rows-map TMA kernel (mla_wgmma_seesaw_tma_rows; asserted unless --config
+    forces another, as gpu_run.sh does under racecheck); one
     poisoned id is the first row of a tile (the row a box would start from)."""
     dev = "cuda"
     if page_size is None:
@@ -109,13 +114,13 @@ def bad_index_case(rng, *, mla, splits, page_size=None, kv_slot_runs=1):
         bad[kvp[req] + pos] = val
     hint = {"kv_slot_runs": kv_slot_runs} if kv_slot_runs > 1 else {}
     verify_attn.check_errors()
-    if hint and torch.cuda.get_device_capability() == (9, 0) and not os.environ.get("VERIFY_ATTN_FORCE_CONFIG"):
+    if hint and torch.cuda.get_device_capability() == (9, 0) and not TUNING.config:
         name = verify_attn.plan_info(q, k, v, qo, kv_indptr, bad, kv_len, tree_mask=tree, max_q_len=max(q_lens),
-                                     max_kv_len=max(kv_lens), num_splits=splits, **hint)["name"]
+                                     max_kv_len=max(kv_lens), num_splits=splits, tuning=TUNING, **hint)["name"]
         assert name.endswith("mla_wgmma_seesaw_tma_rows"), name
     out = verify_attn.tree_attention_paged(q, k, v, qo, kv_indptr, bad, kv_len, tree_mask=tree,
                                            max_q_len=max(q_lens), max_kv_len=max(kv_lens), num_splits=splits,
-                                           **hint)
+                                           tuning=TUNING, **hint)
     try:
         verify_attn.check_errors()
         flagged, msg = None, "no error raised"
@@ -135,7 +140,17 @@ def bad_index_case(rng, *, mla, splits, page_size=None, kv_slot_runs=1):
     return ok
 
 
-def main():
+TUNING = verify_attn.Tuning()
+
+
+def main(argv=None):
+    global TUNING
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="", help="a configuration tag (verify_attn.Tuning.config)")
+    ap.add_argument("--o_tma", choices=("on", "off"), default="on",
+                    help="off: the unsplit output stored from registers")
+    args = ap.parse_args(argv)
+    TUNING = verify_attn.Tuning(config=args.config, o_tma=args.o_tma == "on")
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     torch.manual_seed(seed)

@@ -10,9 +10,9 @@
 #            --timing_rounds=3 --target_ms=100 --baselines=flashmla --flex=none --measure_ceilings=false
 #
 # AB_ARGS_A / AB_ARGS_B: extra bench arguments for the A / B processes only (after the common ones).
-# AB_ENV_A / AB_ENV_B: extra environment (NAME=value ...) for the A / B processes only;
-# with one wheel twice, an A/B of a run-time knob, e.g.
-#   AB_ENV_A="VERIFY_ATTN_K_ROWS_TMA=0" bash tools/dev/ab_bench.sh new.whl new.whl 2 --slot_runs=64 ...
+# AB_ENV_A / AB_ENV_B: extra environment (NAME=value ...) for the A / B processes only.
+# With one wheel twice, an A/B of a bench flag, e.g.
+#   AB_ARGS_B="--num_splits=4" bash tools/dev/ab_bench.sh new.whl new.whl 2 --page_size=64 ...
 #
 # The JSON of every run goes to $OUT (or /tmp/va_ab) as ab_<A|B>_<run>.json.
 # Why alternate: run-to-run / process-to-process variance on the H200 is a few

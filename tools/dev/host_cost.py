@@ -1,24 +1,24 @@
-"""Host time of one eager call, split into the Python path and the rest.
+"""Host time of one eager call: the one-shot function, a plan's run, FlashMLA's call.
 
-An eager `verify_attn.tree_attention_paged` call costs host time before the GPU
-sees anything: argument validation, the torch.library custom-op dispatch,
-output allocation, building the C-ABI parameters, planning and the launch. On
-the H200 machine an eager MLA call (B4 T16 H16, 1000-row prefix) costs about
-200 us of host time (BENCHMARKS.md), far more than that call's kernels take.
-This tool times it two ways in one process, median of --rounds x --calls:
+A serving engine calls attention once per layer, so the host time of one call
+matters as much as its kernels. This tool times, in one process, median of
+--rounds x --calls back-to-back calls (no sync inside a round):
 
-  real   the call as a user makes it (needs a CUDA device): everything;
-  fake   the same call with the extension, the device guard and the stream
-         lookup replaced by stubs that do nothing, on the same tensors (CPU
-         tensors when there is no device): the Python path (validation, the
-         custom-op dispatch, parameter building, and the output allocation on
-         the tensors' device).
+  oneshot   `verify_attn.tree_attention_paged` (validation, the custom-op
+            dispatch, parameters, va_plan_create + va_plan_run);
+  run       `TreeAttentionPlan.run` of a plan made once (what a model does per
+            layer: va_plan_run only);
+  flashmla  FlashMLA's `flash_mla_with_kvcache` on the same shape (page block
+            64; its scheduler metadata made once), with --baselines_dir.
 
-real - fake is what the rest costs: the device guard, the C-ABI's planning,
-the launches and the error-word lookup.
+Each as `real` (needs a CUDA device) and, for ours, `fake`: the same call
+with the extension, the device guard and the stream lookup replaced by stubs
+that do nothing (the Python path alone); real - fake is the C-ABI and the
+launch. The shape: MLA, --batch requests of --q_len drafts, --heads heads,
+--prefix rows of prefix, page_size 1.
 
     bazel run //tools/dev:host_cost -- --mode=fake      # any machine
-    python3 tools/dev/host_cost.py --mode=both          # GPU machine, wheel installed
+    python3 tools/dev/host_cost.py --mode=both --baselines_dir=.gpu_stage/baselines   # GPU machine
 """
 
 import statistics
@@ -33,6 +33,8 @@ flags.DEFINE_integer("heads", 16, "Query heads (MLA: one KV head, 576/512).")
 flags.DEFINE_integer("prefix", 1000, "Committed prefix rows per request.")
 flags.DEFINE_integer("calls", 200, "Calls per round.")
 flags.DEFINE_integer("rounds", 5, "Rounds (the median is reported).")
+flags.DEFINE_string("baselines_dir", None, "Staged FlashMLA wheel (tools/bench/fetch_baselines.sh): also time "
+                    "flash_mla_with_kvcache on the same shape.")
 FLAGS = flags.FLAGS
 
 
@@ -44,14 +46,15 @@ class _StubExtension:
     class Params:
         pass
 
-    def workspace_size(self, p):
-        return 0
+    class Plan:
+        def __init__(self, p, *options):
+            pass
 
-    def query_config(self, p):
-        return {"name": "stub", "num_splits": 1}
+        def info(self):
+            return {"name": "stub", "num_splits": 1, "workspace_bytes": 0}
 
-    def attention(self, p):
-        pass
+        def run(self, *pointers):
+            pass
 
 
 class _NoDevice:
@@ -69,8 +72,8 @@ class _Stream:
     cuda_stream = 0
 
 
-def make_call(device):
-    """The timed call on fresh random inputs (a random tree per request)."""
+def make_calls(device):
+    """The timed calls on fresh random inputs (a random tree per request): (oneshot, run)."""
     import torch
 
     import verify_attn
@@ -84,16 +87,55 @@ def make_call(device):
     kvl = torch.full((B,), kv, dtype=torch.int32).to(device)
     k = torch.randn(B * kv + 7, 1, 1, 576).to(torch.bfloat16).to(device)
     q = torch.randn(B * T, H, 576).to(torch.bfloat16).to(device)
+    out = torch.empty(B * T, H, 512, dtype=torch.bfloat16, device=device)
     parents = []
     for _ in range(B):
         parents += testing.random_parents("ddtree", T)
     tree = masks.from_parents(torch.tensor(parents, dtype=torch.int32), qo.cpu()).to(device)
 
-    def call():
+    def oneshot():
         return verify_attn.tree_attention_paged(q, k, None, qo, kvp, kvi, kvl, tree_mask=tree,
-                                                max_q_len=T, max_kv_len=kv)
+                                                max_q_len=T, max_kv_len=kv, out=out)
 
-    return call
+    holder = {}
+
+    def run():
+        plan = holder.get("plan")
+        if plan is None:  # made once, outside the timing (time_call warms up first)
+            plan = holder["plan"] = verify_attn.TreeAttentionPlan(
+                qo, kvp, kvi, kvl, num_qo_heads=H, head_dim_qk=576, head_dim_vo=512, tree_mask=tree,
+                max_q_len=T, max_kv_len=kv)
+        return plan.run(q, k, out=out)
+
+    return oneshot, run
+
+
+def make_flashmla_call():
+    """FlashMLA's call on the same shape (page block 64), or None with the reason printed."""
+    import os
+    import sys
+
+    import torch
+
+    # benchlib: tools/bench/benchlib, beside this script's folder tools/dev/.
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+    from benchlib.baselines import flashmla
+
+    try:
+        fm = flashmla.load(FLAGS.baselines_dir)
+    except Exception as e:  # noqa: BLE001 - reported, not fatal
+        print(f"  flashmla: unavailable ({type(e).__name__}: {e})")
+        return None
+    B, T, H, P = FLAGS.batch, FLAGS.q_len, FLAGS.heads, FLAGS.prefix
+    kv = P + T
+    blocks = (kv + 63) // 64
+    k_cache = torch.randn(B * blocks + 3, 64, 1, 576, device="cuda").to(torch.bfloat16)
+    table = torch.randperm(B * blocks + 3, device="cuda")[: B * blocks].to(torch.int32).view(B, blocks)
+    fi = flashmla.FlashMLAInputs(q=torch.randn(B, T, H, 576, device="cuda").to(torch.bfloat16), k_cache=k_cache,
+                                 block_table=table, cache_seqlens=torch.full((B,), kv, dtype=torch.int32,
+                                                                             device="cuda"),
+                                 shared_cache=False)
+    return flashmla.make_call(fm, fi, 576 ** -0.5)
 
 
 def time_call(call, sync):
@@ -115,20 +157,28 @@ def stubbed():
     import torch
 
     from verify_attn import attention, errors
+    from verify_attn.plan import TreeAttentionPlan
 
     saved = [(attention, "_load_C", attention._load_C), (attention, "_check_devices", attention._check_devices),
+             (TreeAttentionPlan, "_check_batch_device", TreeAttentionPlan.__dict__["_check_batch_device"]),
              (errors, "error_word_ptr", errors.error_word_ptr), (torch.cuda, "device", torch.cuda.device),
-             (torch.cuda, "current_stream", torch.cuda.current_stream)]
+             (torch.cuda, "current_stream", torch.cuda.current_stream),
+             (torch._C, "_cuda_getCurrentRawStream", getattr(torch._C, "_cuda_getCurrentRawStream", None))]
     stub = _StubExtension()
     attention._load_C = lambda: stub
     attention._check_devices = lambda *a: None
+    TreeAttentionPlan._check_batch_device = staticmethod(lambda t: None)  # CPU tensors stand in
     errors.error_word_ptr = lambda d: 0x1000
     torch.cuda.device = _NoDevice
     torch.cuda.current_stream = lambda d=None: _Stream()
+    torch._C._cuda_getCurrentRawStream = lambda index: 0
 
     def undo():
         for mod, name, value in saved:
-            setattr(mod, name, value)
+            if value is None:
+                delattr(mod, name)
+            else:
+                setattr(mod, name, value)
 
     return undo
 
@@ -141,23 +191,30 @@ def main(argv):
     if FLAGS.mode == "real" and not has_gpu:
         raise app.UsageError("--mode=real needs a CUDA device (use --mode=fake)")
     device = "cuda" if has_gpu else "cpu"
-    call = make_call(device)
+    calls = dict(zip(("oneshot", "run"), make_calls(device)))
     sync = torch.cuda.synchronize if has_gpu else (lambda: None)
-    print(f"eager tree_attention_paged MLA B{FLAGS.batch} T{FLAGS.q_len} H{FLAGS.heads} "
-          f"prefix {FLAGS.prefix}, tensors on {device}, median of {FLAGS.rounds} x {FLAGS.calls} calls")
-    real = None
+    print(f"eager host time per call, MLA B{FLAGS.batch} T{FLAGS.q_len} H{FLAGS.heads} prefix {FLAGS.prefix}, "
+          f"tensors on {device}, median of {FLAGS.rounds} x {FLAGS.calls} calls")
+    real = {}
     if FLAGS.mode in ("real", "both") and has_gpu:
-        real = time_call(call, sync)
-        print(f"  real: {real:7.1f} us host time per call")
+        for name, call in calls.items():
+            real[name] = time_call(call, sync)
+            print(f"  real {name:8s}: {real[name]:7.1f} us")
+        if FLAGS.baselines_dir:
+            fcall = make_flashmla_call()
+            if fcall is not None:
+                print(f"  real flashmla: {time_call(fcall, sync):7.1f} us (flash_mla_with_kvcache, page block 64)")
     if FLAGS.mode in ("fake", "both"):
+        calls = dict(zip(("oneshot", "run"), make_calls(device)))  # the plan made under the stubs
         undo = stubbed()
         try:
-            fake = time_call(call, lambda: None)
+            for name, call in calls.items():
+                fake = time_call(call, lambda: None)
+                print(f"  fake {name:8s}: {fake:7.1f} us (the Python path)")
+                if name in real:
+                    print(f"  real - fake {name:8s}: {real[name] - fake:7.1f} us (device guard, C-ABI, launches)")
         finally:
             undo()
-        print(f"  fake: {fake:7.1f} us host time per call (Python path: validation, dispatch, params, outputs)")
-        if real is not None:
-            print(f"  real - fake: {real - fake:7.1f} us (device guard, C-ABI plan, launches)")
 
 
 if __name__ == "__main__":

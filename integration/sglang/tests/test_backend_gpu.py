@@ -189,8 +189,11 @@ def _verify_input(k, case, batch, topk, n, custom_mask, device):
         seq_lens_cpu=batch.seq_lens_cpu)
 
 
-def _run(k, arch, backend_name, page_size, topk, n, trees, mask_layout, prefix_lens, with_fixture=False):
-    """Build the kit fixture for one backend and run one target verify.
+def _run(k, arch, backend_name, page_size, topk, n, trees, mask_layout, prefix_lens, with_fixture=False,
+         layers=1):
+    """Build the kit fixture for one backend and run one target verify (``layers``
+    forwards of the kit's attention layer after one init_forward_metadata, as a
+    model's layers run; each the same result).
 
     mask_layout: "full" (SGLang's FULL mask), "qlen" (QLEN_ONLY in the backend's
     own VerifyMask buffer, as EAGLE writes it) or "qlen_foreign" (QLEN_ONLY in a
@@ -226,6 +229,9 @@ def _run(k, arch, backend_name, page_size, topk, n, trees, mask_layout, prefix_l
     with torch.no_grad(), k["forward_context"](k["ForwardContext"](attn_backend=fx.backend)):
         fx.backend.init_forward_metadata(batch)
         actual = run_forward(fx, batch, inputs)
+        for _ in range(layers - 1):
+            again = run_forward(fx, batch, inputs)
+            assert torch.equal(again, actual)
     torch.cuda.synchronize()
     if with_fixture:
         return actual.float(), expected.float(), fx, batch
@@ -249,27 +255,24 @@ def test_vs_triton(arch, topk, page_size, monkeypatch):
     prefix_lens = (5, 37, 64, 100)  # page-aligned and not; MAX_CTX 128 >= prefix + 16
     trees = [_tree_parents(topk, n, rng) for _ in prefix_lens]
     tri, ref, tb = _run(k, arch, "triton", page_size, topk, n, trees, "full", prefix_lens)
-    # Which configuration each of our calls planned (verify_attn.plan_info on the very
-    # arguments the backend passes; it launches nothing).
+    # Which configuration each of our runs launched: the plan's info for the very
+    # tensors the backend passes (it launches nothing; the launch never falls back).
     planned = []
-    launch = verify_attn.tree_attention_paged
+    run = verify_attn.TreeAttentionPlan.run
 
-    def recording(*args, **kw):
-        plan_kw = {name: val for name, val in kw.items() if name not in ("out", "lse")}
-        planned.append(verify_attn.plan_info(*args, **plan_kw)["name"])
-        return launch(*args, **kw)
+    def recording(self, q, k_cache, v_cache=None, **kw):
+        planned.append(self.info(q, k_cache, v_cache, out=kw.get("out"), lse=kw.get("lse"))["name"])
+        return run(self, q, k_cache, v_cache, **kw)
 
-    monkeypatch.setattr(verify_attn, "tree_attention_paged", recording)
-    # ... and that it ran: a planned TMA kernel whose K map cannot be encoded fails
-    # instead of falling back to the cp.async kernel (kernels/sm90/tma_host.h).
-    for name in ("VERIFY_ATTN_FORCE_CONFIG", "VERIFY_ATTN_K_ROWS_TMA"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("VERIFY_ATTN_REQUIRE_K_TMA", "1")
-    ours, ref2, vb = _run(k, arch, "verify_attn", page_size, topk, n, trees, "qlen", prefix_lens)
-    ours_full, _, _ = _run(k, arch, "verify_attn", page_size, topk, n, trees, "full", prefix_lens)
+    monkeypatch.setattr(verify_attn.TreeAttentionPlan, "run", recording)
+    # Three layers' forwards after one init_forward_metadata: one plan for all of them.
+    ours, ref2, vb = _run(k, arch, "verify_attn", page_size, topk, n, trees, "qlen", prefix_lens, layers=3)
+    ours_full, _, vb_full = _run(k, arch, "verify_attn", page_size, topk, n, trees, "full", prefix_lens)
     from verify_attn_sglang.backend import VerifyAttnBackend
 
     assert isinstance(vb, VerifyAttnBackend) and vb.va_enabled, getattr(vb, "va_reason", None)
+    assert vb.va_plans_made == 1 and vb_full.va_plans_made == 1, (vb.va_plans_made, vb_full.va_plans_made)
+    assert len(planned) == 4, planned
     assert vb._va_slot_runs == (64 if page_size == 64 else 1), vb._va_slot_runs
     rows_tma = arch == "mla" and page_size == 64 and torch.cuda.get_device_capability() == (9, 0)
     assert planned and all(name.endswith(ROWS_TMA) == rows_tma for name in planned), planned

@@ -401,6 +401,62 @@ def test_backend_target_verify_metadata_cpu(graph, layout):
         assert m.kv_indptr.data_ptr() == b._va_graph["kv_indptr"].data_ptr()
 
 
+def test_backend_plans_once_per_forward_batch(monkeypatch):
+    """forward_extend of several layers after one init_forward_metadata makes one
+    TreeAttentionPlan and runs it per layer (the layers' q and caches); the next
+    batch makes its own; a layer of other heads or scale gets its own."""
+    _sglang_or_skip()
+    from types import SimpleNamespace
+
+    from verify_attn_sglang import backend as be
+
+    made, runs = [], []
+
+    class Plan:
+        def __init__(self, *args, **kw):
+            made.append(kw)
+
+        def run(self, q, k_cache, v_cache=None, *, out=None, **kw):
+            runs.append((len(made), q.shape, k_cache.data_ptr(), v_cache, out.shape))
+            return out
+
+    monkeypatch.setattr(be, "_import_verify_attn", lambda: SimpleNamespace(TreeAttentionPlan=Plan))
+    n, bs, pool, width = 4, 2, 3, 32
+    b = _bare_backend(n, pool, torch.randint(0, 500, (pool, width), dtype=torch.int32))
+    b.use_mla = True
+    b._va_slot_runs = 1
+    b.va_plans_made = 0
+    b._va_captured_plans = []
+    caches = [torch.zeros(600, 1, 576, dtype=torch.bfloat16) for _ in range(3)]
+    b.token_to_kv_pool = SimpleNamespace(get_key_buffer=lambda i: caches[i])
+
+    def layer(i, heads=16, scaling=0.1):
+        return SimpleNamespace(layer_id=i, tp_q_head_num=heads, tp_k_head_num=1, qk_head_dim=576, v_head_dim=512,
+                               scaling=scaling, logit_cap=0, sliding_window_size=-1)
+
+    def batch():
+        fb = _verify_fb(n, torch.tensor([2, 0]), torch.tensor([9, 20], dtype=torch.int32),
+                        torch.randint(500, 600, (bs * n,), dtype=torch.int64), None, 1)
+        b.init_forward_metadata(fb)
+        return fb
+
+    fb = batch()
+    q = torch.zeros(bs * n, 16 * 576, dtype=torch.bfloat16)
+    for i in range(3):
+        b.forward_extend(q, None, None, layer(i), fb, save_kv_cache=False)
+    assert len(made) == 1 and b.va_plans_made == 1 and len(runs) == 3
+    assert [r[2] for r in runs] == [c.data_ptr() for c in caches]  # each layer its own cache
+    kw = made[0]
+    assert (kw["num_qo_heads"], kw["num_kv_heads"], kw["head_dim_qk"], kw["head_dim_vo"], kw["sm_scale"],
+            kw["causal"], kw["max_q_len"], kw["page_size"]) == (16, 1, 576, 512, 0.1, True, n, 1)
+    b.forward_extend(q, None, None, layer(0, scaling=0.2), fb, save_kv_cache=False)  # another scale
+    assert len(made) == 2
+    fb = batch()  # the next batch
+    for i in range(3):
+        b.forward_extend(q, None, None, layer(i), fb, save_kv_cache=False)
+    assert len(made) == 3 and b.va_plans_made == 3 and len(runs) == 7
+
+
 # A padded CUDA-graph replay as SGLang 0.5.23 builds it (decode_cuda_graph_runner.
 # build_replay_fb_view): batch_size / req_pool_indices / seq_lens / seq_lens_cpu
 # are the padded capture buffers (padded lanes: seq_len_fill_value 1, pool row 0),

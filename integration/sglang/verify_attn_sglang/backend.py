@@ -32,9 +32,13 @@ Target verify (``ForwardMode.TARGET_VERIFY``, EAGLE/EAGLE3/NGRAM/DFlash/...):
   NGRAM builds its own mask and picks FULL from a module constant
   (``ngram_worker.USE_FULL_MASK``); we set that constant to False at
   construction (a runtime setting, no file is patched).
-- the kernel: ``verify_attn.tree_attention_paged`` on SGLang's pool tensors,
-  MLA (absorbed: q ``[T, H, 576]``, cache ``[slots, 1, 576]``, value = first
-  512) or MHA/GQA (head dim 64/128/256, group <= 16), fp16/bf16.
+- the kernel: a ``verify_attn.TreeAttentionPlan`` per forward batch, made at its
+  first layer (from the metadata of ``init_forward_metadata`` and the layer's
+  heads, dims and scale) and run by every layer on SGLang's pool tensors (no
+  planning per layer), MLA (absorbed: q ``[T, H, 576]``, cache ``[slots, 1,
+  576]``, value = first 512) or MHA/GQA (head dim 64/128/256, group <= 16),
+  fp16/bf16. Plans made during CUDA-graph capture stay alive with the backend
+  (their workspace is the captured launches').
 
 Configurations the kernel does not cover make the backend a plain Triton
 backend (with a warning at construction): sliding-window models, decode
@@ -80,6 +84,11 @@ class VerifyMetadata:
     tree_mask: Optional[torch.Tensor]  # int32 [bs * n, W] or None (causal)
     causal: bool
     max_kv_len: int
+    # The verify_attn.TreeAttentionPlan of this batch, made at its first layer
+    # (the layers' heads, dims, scale and dtype come with the layer) and run by
+    # every layer with the same ones; see VerifyAttnBackend._va_plan_for.
+    plan: Optional[object] = None
+    plan_key: Optional[tuple] = None
 
 
 def _sglang_mode_reason() -> Optional[str]:
@@ -154,6 +163,8 @@ class VerifyAttnBackend(TritonAttnBackend):
         self.va_metadata: Optional[VerifyMetadata] = None
         self._va_graph = None
         self._va_max_bs = model_runner.req_to_token_pool.size
+        self.va_plans_made = 0  # TreeAttentionPlans made (one per forward batch of one model)
+        self._va_captured_plans = []  # plans whose launches a CUDA graph holds
         ps = int(getattr(self, "page_size", 1) or 1)  # TritonAttnBackend's, from the server's --page-size
         # Token slots in runs of ps from each request's first row (SGLang's pages):
         # a kernel-choice hint for verify_attn (tree_attention_paged's kv_slot_runs).
@@ -398,6 +409,25 @@ class VerifyAttnBackend(TritonAttnBackend):
                 "which verify_attn does not implement; run with --attention-backend triton"
             )
 
+    def _va_plan_for(self, m: VerifyMetadata, layer, dtype):
+        """The batch's plan (made at its first layer; a layer with other heads,
+        dims, scale or dtype gets its own), so that a forward of many layers
+        plans once and runs per layer."""
+        H, d_qk, d_vo = layer.tp_q_head_num, layer.qk_head_dim, layer.v_head_dim
+        hkv = 1 if self.use_mla else layer.tp_k_head_num
+        key = (H, hkv, d_qk, d_vo, float(layer.scaling), dtype)
+        if m.plan is None or m.plan_key != key:
+            m.plan = _import_verify_attn().TreeAttentionPlan(
+                m.qo_indptr, m.kv_indptr, m.kv_indices, m.kv_len, num_qo_heads=H, num_kv_heads=hkv,
+                head_dim_qk=d_qk, head_dim_vo=d_vo if self.use_mla else None, page_size=1,
+                tree_mask=m.tree_mask, causal=m.causal, sm_scale=layer.scaling, dtype=dtype,
+                max_q_len=m.n, max_kv_len=m.max_kv_len, kv_slot_runs=self._va_slot_runs)
+            m.plan_key = key
+            self.va_plans_made += 1
+            if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+                self._va_captured_plans.append(m.plan)
+        return m.plan
+
     def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, sinks=None,
                        score_mod=None, aux_tensors=None, **kwargs):
         if not (self.va_enabled and forward_batch.forward_mode.is_target_verify()):
@@ -419,26 +449,7 @@ class VerifyAttnBackend(TritonAttnBackend):
         attn_out = getattr(forward_batch, "_attn_output", None)
         o = attn_out if attn_out is not None else q.new_empty((q.shape[0], H * d_vo))
         k_cache = self.token_to_kv_pool.get_key_buffer(layer.layer_id)
-        if self.use_mla:
-            v_cache, head_dim_vo = None, d_vo
-        else:
-            v_cache, head_dim_vo = self.token_to_kv_pool.get_value_buffer(layer.layer_id), None
-        _import_verify_attn().tree_attention_paged(
-            q.view(-1, H, d_qk),
-            k_cache,
-            v_cache,
-            m.qo_indptr,
-            m.kv_indptr,
-            m.kv_indices,
-            m.kv_len,
-            page_size=1,
-            tree_mask=m.tree_mask,
-            causal=m.causal,
-            sm_scale=layer.scaling,
-            head_dim_vo=head_dim_vo,
-            max_q_len=m.n,
-            max_kv_len=m.max_kv_len,
-            out=o.view(-1, H, d_vo),
-            kv_slot_runs=self._va_slot_runs,
-        )
+        v_cache = None if self.use_mla else self.token_to_kv_pool.get_value_buffer(layer.layer_id)
+        plan = self._va_plan_for(m, layer, q.dtype)
+        plan.run(q.view(-1, H, d_qk), k_cache, v_cache, out=o.view(-1, H, d_vo))
         return o

@@ -50,13 +50,14 @@ class OursFlat(Impl):
 
 
 class OursPaged(Impl):
-    """The paged kernel; with ``force_config`` (a ``VERIFY_ATTN_FORCE_CONFIG`` tag) the
-    same call with that configuration forced, set around each call (the plan reads
-    the variable at every call; a CUDA graph keeps what its capture planned), as
-    the column ``ours_paged@<tag>``: an A/B of two kernel variants in one process,
-    without the run-to-run drift of separate runs. A variant is also checked
-    against the default configuration's output. ``num_splits``: the API's forced
-    split-K count (0: the plan's)."""
+    """The paged kernel as a model calls it: a :class:`verify_attn.TreeAttentionPlan`
+    made once per row (the batch), :meth:`run` per call (a layer), timed eagerly and
+    as a CUDA-graph replay. With ``force_config`` (a configuration tag) the same
+    plan with ``Tuning(config=force_config)``, as the column
+    ``ours_paged@<tag>``: an A/B of two kernel variants in one process, without
+    the run-to-run drift of separate runs; a variant is also checked against the
+    default configuration's output. ``num_splits``: the plan's forced split-K
+    count (0: the plan's choice)."""
 
     name = "ours_paged"
     label = "verify_attn paged"
@@ -71,52 +72,40 @@ class OursPaged(Impl):
             self.label = f"verify_attn paged @{force_config}"
             self.check_vs_ours = True
 
-    def _forced(self, fn):
-        """fn run with VERIFY_ATTN_FORCE_CONFIG = force_config (restored after)."""
-        import os
-
-        if not self.force_config:
-            return fn()
-        key = "VERIFY_ATTN_FORCE_CONFIG"
-        old = os.environ.get(key)
-        os.environ[key] = self.force_config
-        try:
-            return fn()
-        finally:
-            if old is None:
-                del os.environ[key]
-            else:
-                os.environ[key] = old
-
-    def prepare(self, case, inputs):
-        import torch
+    def tuning(self):
+        """The :class:`verify_attn.Tuning` of this column (None: the plan's rules)."""
         import verify_attn as va
 
-        s = case.shape
-        out = torch.empty((case.total_q, s.heads, s.d_vo), dtype=case.dtype, device=case.device)
-        kw = dict(page_size=case.page_size, tree_mask=case.tree_mask, sm_scale=case.sm_scale,
-                  head_dim_vo=s.d_vo, max_q_len=case.max_q_len, max_kv_len=case.max_kv_len, out=out)
-        if case.kv_slot_runs > 1:  # (older wheels have no such argument)
-            kw["kv_slot_runs"] = case.kv_slot_runs
-        kw.update(_splits_kw(self.num_splits))
-        q, kc, vc = inputs.q, inputs.k_cache, inputs.v_cache
-        args = (case.qo_indptr, case.kv_indptr_pages, case.kv_indices, case.kv_len)
+        return va.Tuning(config=self.force_config) if self.force_config else None
 
-        def run():
-            self._forced(lambda: va.tree_attention_paged(q, kc, vc, *args, **kw))
-            return out
-
-        return run
-
-    def plan(self, case, inputs):
-        """``verify_attn.plan_info`` for the row (kernel config name, splits)."""
+    def _plan(self, case, inputs):
         import verify_attn as va
 
         s = case.shape
         extra = {"kv_slot_runs": case.kv_slot_runs} if case.kv_slot_runs > 1 else {}
         extra.update(_splits_kw(self.num_splits))
-        return self._forced(lambda: va.plan_info(
-            inputs.q, inputs.k_cache, inputs.v_cache, case.qo_indptr, case.kv_indptr_pages,
-            case.kv_indices, case.kv_len, page_size=case.page_size, tree_mask=case.tree_mask,
-            sm_scale=case.sm_scale, head_dim_vo=s.d_vo, max_q_len=case.max_q_len,
-            max_kv_len=case.max_kv_len, **extra))
+        kc = inputs.k_cache
+        return va.TreeAttentionPlan(
+            case.qo_indptr, case.kv_indptr_pages, case.kv_indices, case.kv_len,
+            num_qo_heads=s.heads, num_kv_heads=kc.shape[-2], head_dim_qk=inputs.q.shape[-1],
+            head_dim_vo=s.d_vo, page_size=case.page_size, tree_mask=case.tree_mask,
+            sm_scale=case.sm_scale, dtype=case.dtype, max_q_len=case.max_q_len,
+            max_kv_len=case.max_kv_len, tuning=self.tuning(), **extra)
+
+    def prepare(self, case, inputs):
+        import torch
+
+        s = case.shape
+        out = torch.empty((case.total_q, s.heads, s.d_vo), dtype=case.dtype, device=case.device)
+        plan = self._plan(case, inputs)
+        q, kc, vc = inputs.q, inputs.k_cache, inputs.v_cache
+
+        def run():
+            plan.run(q, kc, vc, out=out)
+            return out
+
+        return run
+
+    def plan(self, case, inputs):
+        """The plan's info for the row (kernel config name, splits, maps)."""
+        return self._plan(case, inputs).info(inputs.q, inputs.k_cache, inputs.v_cache)

@@ -396,15 +396,11 @@ def test_compare_configs_column_and_forced_env(monkeypatch):
     assert body[0][i] == "180g/210e (ran wgmma_bf16_mla_wgmma_seesaw_tma)", body[0]
     assert body[0][headers.index("@mla_wgmma_seesaw_tma_mc")] == "180g/210e", body[0]
 
-    monkeypatch.delenv("VERIFY_ATTN_FORCE_CONFIG", raising=False)
     v = ours.OursPaged(force_config="mla_x")
     assert v.name == "ours_paged@mla_x" and v.check_vs_ours and not ours.OursPaged().check_vs_ours
-    seen = v._forced(lambda: os.environ.get("VERIFY_ATTN_FORCE_CONFIG"))
-    assert seen == "mla_x" and "VERIFY_ATTN_FORCE_CONFIG" not in os.environ
-    monkeypatch.setenv("VERIFY_ATTN_FORCE_CONFIG", "other")
-    assert v._forced(lambda: os.environ["VERIFY_ATTN_FORCE_CONFIG"]) == "mla_x"
-    assert os.environ["VERIFY_ATTN_FORCE_CONFIG"] == "other"
-    assert ours.OursPaged()._forced(lambda: os.environ["VERIFY_ATTN_FORCE_CONFIG"]) == "other"
+    import verify_attn
+
+    assert v.tuning() == verify_attn.Tuning(config="mla_x") and ours.OursPaged().tuning() is None
 
 
 def test_bench_num_splits_reaches_every_call_of_ours(monkeypatch):
@@ -422,21 +418,32 @@ def test_bench_num_splits_reaches_every_call_of_ours(monkeypatch):
             return {"name": "stub"}
         return fn
 
-    fake = types.SimpleNamespace(tree_attention_paged=record("paged"), tree_attention_flat=record("flat"),
-                                 plan_info=record("plan"))
+    class Plan:  # TreeAttentionPlan: made with the split count, run per call
+        def __init__(self, *args, **kw):
+            calls.append(("plan", kw.get("num_splits")))
+
+        def run(self, *args, **kw):
+            calls.append(("paged", None))
+
+        def info(self, *args, **kw):
+            return {"name": "stub"}
+
+    fake = types.SimpleNamespace(tree_attention_flat=record("flat"), TreeAttentionPlan=Plan,
+                                 Tuning=lambda **kw: kw)
     monkeypatch.setitem(sys.modules, "verify_attn", fake)
     shape = types.SimpleNamespace(heads=2, d_vo=8)
     case = types.SimpleNamespace(shape=shape, total_q=3, dtype=torch.float32, device="cpu", page_size=1,
                                  tree_mask=None, sm_scale=0.1, max_q_len=2, max_kv_len=5, kv_slot_runs=1,
                                  qo_indptr=None, kv_indptr_pages=None, kv_indices=None, kv_len=None,
                                  kv_indptr_flat=None)
-    inputs = types.SimpleNamespace(q=None, k_cache=None, v_cache=None, k_flat=None, v_flat=None)
+    inputs = types.SimpleNamespace(q=torch.zeros(3, 2, 8), k_cache=torch.zeros(4, 1, 8), v_cache=None,
+                                   k_flat=None, v_flat=None)
     for n in (22, 0):
         calls.clear()
         ours.OursPaged(num_splits=n).prepare(case, inputs)()
         ours.OursFlat(num_splits=n).prepare(case, inputs)()
         ours.OursPaged(num_splits=n).plan(case, inputs)
-        assert calls == [("paged", n or None), ("flat", n or None), ("plan", n or None)], calls
+        assert calls == [("plan", n or None), ("paged", None), ("flat", n or None), ("plan", n or None)], calls
 
 
 def test_short_reason():

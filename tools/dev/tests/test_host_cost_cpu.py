@@ -13,16 +13,17 @@ def test_fake_mode_times_the_python_path_and_restores(capsys, load_tool):
     tool = load_tool("host_cost")
     tool.FLAGS(["host_cost", "--mode=fake", "--calls=3", "--rounds=2", "--batch=2", "--prefix=40"])
     before = (attention._load_C, attention._check_devices, errors.error_word_ptr, torch.cuda.device,
-              torch.cuda.current_stream)
+              torch.cuda.current_stream, hasattr(torch._C, "_cuda_getCurrentRawStream"))
     tool.main([])
     after = (attention._load_C, attention._check_devices, errors.error_word_ptr, torch.cuda.device,
-             torch.cuda.current_stream)
+             torch.cuda.current_stream, hasattr(torch._C, "_cuda_getCurrentRawStream"))
     assert after == before, "stubs left installed"
     out = capsys.readouterr().out
-    line = [l for l in out.splitlines() if l.strip().startswith("fake:")]
-    assert line, out
-    us = float(line[0].split()[1])
-    assert 0.0 < us < 1e6, line[0]
+    for name in ("oneshot", "run"):
+        line = [l for l in out.splitlines() if l.strip().startswith(f"fake {name}")]
+        assert line, out
+        us = float(line[0].split(":")[1].split()[0])
+        assert 0.0 < us < 1e6, line[0]
 
 
 def test_stub_call_really_runs_validation(load_tool):
@@ -31,8 +32,9 @@ def test_stub_call_really_runs_validation(load_tool):
     tool.FLAGS(["host_cost", "--mode=fake", "--calls=1", "--rounds=1", "--batch=2", "--prefix=40"])
     undo = tool.stubbed()
     try:
-        call = tool.make_call("cpu")
-        call()  # passes with the stub extension
+        oneshot, run = tool.make_calls("cpu")
+        oneshot()  # passes with the stub extension
+        run()
         import verify_attn
         with pytest.raises(TypeError, match="^sm_scale"):
             verify_attn.tree_attention_paged(
