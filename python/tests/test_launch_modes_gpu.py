@@ -288,7 +288,8 @@ def test_torch_compile_fullgraph():
 def test_opcheck():
     p = small_problem(new_seed(), model="gqa_d64_g8", q_len=20, prefix=50)
     args = (p.q, p.k, p.v, p.qo_indptr, p.kv_indptr, p.kv_indices, p.kv_len, p.tree_mask,
-            1, 16, False, 1.0 / math.sqrt(p.q.shape[-1]), p.d_vo, p.max_q_len, p.max_kv_len, 0, True)
+            1, 16, False, 1.0 / math.sqrt(p.q.shape[-1]), p.d_vo, p.max_q_len, p.max_kv_len, 0, True,
+            "", [0, 0, 0, 0, 0])  # the tuning: the plan's choices
     torch.library.opcheck(torch.ops.verify_attn.tree_attention.default, args)
 
 

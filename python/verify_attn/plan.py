@@ -326,7 +326,7 @@ class TreeAttentionPlan:
                 self._workspace = torch.empty(ws_bytes, dtype=torch.uint8, device=self._device)
             ws = self._workspace.data_ptr()
         index = self._index
-        stream = (self._stream_of(index) if self._stream_of is not None
+        stream = (self._stream_of(index) if self._stream_of is not None and index is not None
                   else torch.cuda.current_stream(self._device).cuda_stream)
         v_ptr = 0 if mla else v_cache.data_ptr()
         lse_ptr = 0 if lse is None else lse.data_ptr()

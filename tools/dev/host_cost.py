@@ -9,7 +9,7 @@ matters as much as its kernels. This tool times, in one process, median of
   run       `TreeAttentionPlan.run` of a plan made once (what a model does per
             layer: va_plan_run only);
   flashmla  FlashMLA's `flash_mla_with_kvcache` on the same shape (page block
-            64; its scheduler metadata made once), with --baselines_dir.
+            64; its scheduler metadata made once), with --flashmla_dir.
 
 Each as `real` (needs a CUDA device) and, for ours, `fake`: the same call
 with the extension, the device guard and the stream lookup replaced by stubs
@@ -18,7 +18,7 @@ launch. The shape: MLA, --batch requests of --q_len drafts, --heads heads,
 --prefix rows of prefix, page_size 1.
 
     bazel run //tools/dev:host_cost -- --mode=fake      # any machine
-    python3 tools/dev/host_cost.py --mode=both --baselines_dir=.gpu_stage/baselines   # GPU machine
+    python3 tools/dev/host_cost.py --mode=both --flashmla_dir=.gpu_stage/baselines   # GPU machine
 """
 
 import statistics
@@ -33,7 +33,7 @@ flags.DEFINE_integer("heads", 16, "Query heads (MLA: one KV head, 576/512).")
 flags.DEFINE_integer("prefix", 1000, "Committed prefix rows per request.")
 flags.DEFINE_integer("calls", 200, "Calls per round.")
 flags.DEFINE_integer("rounds", 5, "Rounds (the median is reported).")
-flags.DEFINE_string("baselines_dir", None, "Staged FlashMLA wheel (tools/bench/fetch_baselines.sh): also time "
+flags.DEFINE_string("flashmla_dir", None, "Staged FlashMLA wheel (tools/bench/fetch_baselines.sh): also time "
                     "flash_mla_with_kvcache on the same shape.")
 FLAGS = flags.FLAGS
 
@@ -122,7 +122,7 @@ def make_flashmla_call():
     from benchlib.baselines import flashmla
 
     try:
-        fm = flashmla.load(FLAGS.baselines_dir)
+        fm = flashmla.load(FLAGS.flashmla_dir)
     except Exception as e:  # noqa: BLE001 - reported, not fatal
         print(f"  flashmla: unavailable ({type(e).__name__}: {e})")
         return None
@@ -200,7 +200,7 @@ def main(argv):
         for name, call in calls.items():
             real[name] = time_call(call, sync)
             print(f"  real {name:8s}: {real[name]:7.1f} us")
-        if FLAGS.baselines_dir:
+        if FLAGS.flashmla_dir:
             fcall = make_flashmla_call()
             if fcall is not None:
                 print(f"  real flashmla: {time_call(fcall, sync):7.1f} us (flash_mla_with_kvcache, page block 64)")
