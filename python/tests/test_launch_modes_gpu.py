@@ -350,3 +350,42 @@ def test_chain_reads_the_previous_output(ps, splits, graph):
         assert torch.equal(got[i], expect[i]), f"seed {seed}: cache {i} differs from the synchronized chain"
     src = expect[(STEPS - 1) % 2]  # the last step's K (that step wrote only the other cache)
     testing.check(p.replace(k=src), out_view(expect[STEPS % 2]), label=f"[seed {seed}]")
+
+
+# ---------------------------------------------------------------------------
+# the one-shot functions' plans (verify_attn.attention._ONESHOT_PLANS)
+
+
+@pytest.mark.parametrize("mla", [True, False])
+def test_oneshot_calls_reuse_the_batch_plan(mla):
+    """Eager one-shot calls with one batch's tensors and host bounds plan once (a model calling
+    the function per layer); every call matches the reference, new contents of the planned
+    index tensors included; another batch tensor, or bounds left to the host, plan anew."""
+    from verify_attn import attention
+
+    seed = new_seed()
+    model = "mla_h16" if mla else "gqa_d128_g4"
+    p = testing.make_problem([5, 16, 9], [300, 1000, 70], model=model, layout="paged", page_size=16,
+                             seed=seed, device=DEV)
+    attention._ONESHOT_PLANS.clear()
+    for layer in range(4):
+        q = torch.randn_like(p.q)
+        out, lse = testing.run(p.replace(q=q))
+        testing.check(p.replace(q=q), out, lse, label=f"[seed {seed} layer {layer}]")
+    assert len(attention._ONESHOT_PLANS) == 1
+    (plan,) = attention._ONESHOT_PLANS.values()
+    assert plan.plans_made == 1
+    # New contents of the planned tensors (a new batch written in place): still exact.
+    b = testing.make_problem([5, 16, 9], [300, 1000, 70], model=model, layout="paged", page_size=16,
+                             seed=seed + 1, device=DEV)
+    for n in ("q", "k", "kv_indices", "tree_mask"):
+        getattr(p, n).copy_(getattr(b, n))
+    if not mla:
+        p.v.copy_(b.v)
+    out, lse = testing.run(p)
+    testing.check(p, out, lse, label=f"[seed {seed} refilled]")
+    assert len(attention._ONESHOT_PLANS) == 1
+    # Another tree_mask tensor: a new plan.
+    out, lse = testing.run(p.replace(tree_mask=p.tree_mask.clone()))
+    testing.check(p, out, lse)
+    assert len(attention._ONESHOT_PLANS) == 2

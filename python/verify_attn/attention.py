@@ -57,6 +57,7 @@ The compiled extension ``verify_attn._C`` is imported lazily, at the first
 launch: importing this module, and all argument validation, work without it.
 """
 
+import collections
 import math
 from typing import List, Optional, Tuple, Union
 
@@ -747,9 +748,61 @@ def _prepare(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size
     return ps, d_vo, scale, mq, mkv
 
 
+# Eager one-shot calls reuse a TreeAttentionPlan per batch (verify_attn.plan): a
+# model that calls the one-shot function once per layer with one batch's tensors
+# plans once, as it would with a plan of its own. The key is everything a plan
+# and its validation depend on: the exact scalar arguments (with their types,
+# so that a call a check would refuse never hits), the batch tensors' addresses
+# and layouts (a plan binds their addresses), the per-layer tensors' layouts and
+# 16-byte alignment. A miss validates in full first. Least recently used first
+# out; each entry holds its batch tensors and its workspace.
+_ONESHOT_PLANS: "collections.OrderedDict[tuple, object]" = collections.OrderedDict()
+_ONESHOT_PLANS_MAX = 16
+
+
+def _tkey(t, bound: bool):
+    if not isinstance(t, torch.Tensor):
+        return (type(t), t) if t is None else (type(t), id(t))
+    if bound:
+        return (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
+    return (t.data_ptr() % 16, t.shape, t.stride(), t.dtype, t.device)
+
+
+def _oneshot_key(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tree_mask, causal,
+                 sm_scale, head_dim_vo, max_q_len, max_kv_len, return_lse, num_splits, out, lse,
+                 kv_slot_runs, tuning):
+    scalars = (page_size, causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, return_lse, num_splits,
+               kv_slot_runs, tuning)
+    return (paged, tuple((type(x), x) for x in scalars),
+            _tkey(q, False), _tkey(k, False), _tkey(v, False), _tkey(out, False), _tkey(lse, False),
+            v is not None and v.data_ptr() == k.data_ptr(),
+            _tkey(qo_indptr, True), _tkey(kv_indptr, True), _tkey(kv_indices, True), _tkey(kv_len, True),
+            _tkey(tree_mask, True))
+
+
+def _run_planned(plan, q, k, v, out, lse, return_lse):
+    got = plan.run(q, k, v, out=out, lse=lse, return_lse=return_lse)
+    if lse is not None and not return_lse:
+        return got[0]
+    return got
+
+
 def _run(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tree_mask, causal,
          sm_scale, head_dim_vo, max_q_len, max_kv_len, return_lse, num_splits, out, lse,
          kv_slot_runs=1, tuning=None):
+    key = None
+    if (max_q_len is not None and max_kv_len is not None and isinstance(q, torch.Tensor)
+            and q.is_cuda and not _is_compiling()):
+        try:
+            key = _oneshot_key(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tree_mask,
+                               causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, return_lse, num_splits,
+                               out, lse, kv_slot_runs, tuning)
+            plan = _ONESHOT_PLANS.get(key)
+        except TypeError:  # an unhashable argument: the checks below name it
+            key = plan = None
+        if plan is not None:
+            _ONESHOT_PLANS.move_to_end(key)
+            return _run_planned(plan, q, k, v, out, lse, return_lse)
     ps, d_vo, scale, mq, mkv = _prepare(
         paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tree_mask,
         causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out, lse,
@@ -758,6 +811,24 @@ def _run(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tr
     causal = bool(causal)  # checked by _prepare
     return_lse = as_bool(return_lse, "return_lse")
     config, *flags = _tuning_options(tuning)
+    if key is not None and q.shape[0] > 0 and qo_indptr.shape[0] > 1:
+        _check_strides(layout, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, out, lse)
+        _check_devices(layout, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, out, lse)
+        from .plan import TreeAttentionPlan  # noqa: PLC0415 (plan imports this module)
+
+        mla = v is None or _v_is_k_prefix_view(k, v)
+        plan = TreeAttentionPlan(
+            qo_indptr, kv_indptr, kv_indices, kv_len, num_qo_heads=q.shape[1], num_kv_heads=k.shape[-2],
+            head_dim_qk=q.shape[-1], head_dim_vo=d_vo if mla else None, page_size=page_size if paged else None,
+            tree_mask=tree_mask, causal=causal, sm_scale=scale, dtype=q.dtype, max_q_len=mq, max_kv_len=mkv,
+            num_splits=num_splits, kv_slot_runs=kv_slot_runs, tuning=tuning)
+        got = _run_planned(plan, q, k, v, out, lse, return_lse)
+        if _is_capturing():
+            return got  # planned inside a capture (no error buffer may exist yet): not kept
+        _ONESHOT_PLANS[key] = plan
+        while len(_ONESHOT_PLANS) > _ONESHOT_PLANS_MAX:
+            _ONESHOT_PLANS.popitem(last=False)
+        return got
     if out is None and lse is None:
         o, l = torch.ops.verify_attn.tree_attention(
             q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, layout, ps,
