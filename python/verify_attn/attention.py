@@ -905,9 +905,12 @@ def tree_attention_flat(
       ``out`` ``[total_q, H, D_vo]`` in q's dtype, or ``(out, lse)`` when
       ``return_lse``.
 
-    A one-shot call plans and runs (``va_plan_create`` + ``va_plan_run``); a
-    model calling attention once per layer should plan once per batch with
-    :class:`verify_attn.TreeAttentionPlan` and run it per layer.
+    A one-shot call plans and runs (``va_plan_create`` + ``va_plan_run``). With
+    both host bounds given, an eager call keeps the plan of its batch (the
+    index tensors' addresses and layouts, the scalars, the layouts of ``q``,
+    the caches, ``out`` and ``lse``; the 16 most recent batches), so the
+    next call of the same batch (the next layer) only runs it. A model can
+    also plan once per batch itself with :class:`verify_attn.TreeAttentionPlan`.
 
     Raises:
       TypeError: a dtype is wrong (q/k/v not one shared fp16/bf16 dtype, an index
