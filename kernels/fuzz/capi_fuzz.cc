@@ -21,7 +21,7 @@
 //     workspace size that did not overflow.
 // Built with -fsanitize=fuzzer,address,undefined (kernels/fuzz/run_fuzz.sh).
 //
-// VA_FUZZ_WRITE_SEEDS=<dir>: write the seed corpus (valid structs for MLA/GQA,
+// -write_seeds=<dir>: write the seed corpus (valid structs for MLA/GQA,
 // flat/paged, split/unsplit, empty) into <dir> and exit.
 #include <fuzzer/FuzzedDataProvider.h>
 
@@ -460,10 +460,15 @@ void write_seeds(const char* dir) {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  if (const char* dir = std::getenv("VA_FUZZ_WRITE_SEEDS")) {
-    write_seeds(dir);
-    std::exit(0);
+// `capi_fuzz -write_seeds=DIR` (kernels/fuzz/run_fuzz.sh): write the seed
+// corpus into DIR and exit (libFuzzer ignores the flag it does not know).
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  static const char kFlag[] = "-write_seeds=";
+  for (int i = 1; i < *argc; ++i) {
+    if (std::strncmp((*argv)[i], kFlag, sizeof(kFlag) - 1) == 0) {
+      write_seeds((*argv)[i] + sizeof(kFlag) - 1);
+      std::exit(0);
+    }
   }
   return 0;
 }

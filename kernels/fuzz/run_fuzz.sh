@@ -47,7 +47,7 @@ export CUDA_VISIBLE_DEVICES=""
 # process; they are not per-input leaks.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
-VA_FUZZ_WRITE_SEEDS="$WORK/corpus" "$BIN" >/dev/null
+"$BIN" -write_seeds="$WORK/corpus" >/dev/null 2>&1
 echo "[fuzz] corpus: $(ls "$WORK/corpus" | wc -l) inputs; running ${SECONDS_TO_RUN}s"
 set +e
 "$BIN" -max_total_time="$SECONDS_TO_RUN" -print_final_stats=1 -max_len=1024 \

@@ -273,7 +273,7 @@ def test_helpers_are_not_the_api():
 
 
 # ---------------------------------------------------------------------------
-# random trees (from test_masks.py's second new-user review, session 16)
+# random trees (the builders' checks on random_parents)
 
 
 @pytest.mark.parametrize("kind", testing.TREE_KINDS)
