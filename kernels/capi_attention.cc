@@ -463,10 +463,11 @@ extern "C" va_status va_plan_create(const va_params* p, const va_plan_options* o
                                     va_plan** plan) {
   if (plan == nullptr) return va_fail(VA_ERR_NULL_POINTER, "plan: NULL");
   *plan = nullptr;
-  const va_plan_options opt = options != nullptr ? *options : default_options();
+  // The size first: a caller's smaller struct must not be read past its end.
   if (options != nullptr && options->struct_size != sizeof(va_plan_options))
     return va_fail(VA_ERR_VERSION, "options.struct_size: expected %u (sizeof(va_plan_options)) (got %u)",
                    static_cast<unsigned>(sizeof(va_plan_options)), options->struct_size);
+  const va_plan_options opt = options != nullptr ? *options : default_options();
   va_plan* pl = new (std::nothrow) va_plan;
   if (pl == nullptr) return va_fail(VA_ERR_INVALID_VALUE, "plan: out of host memory");
   const va_status st = build_plan(p, opt, /*plan_empty=*/true, pl);

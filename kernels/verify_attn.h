@@ -245,7 +245,8 @@ void va_run_args_init(va_run_args* r);
  * plan it on the current device with `options` (NULL = defaults) and return
  * the handle in *plan (NULL on failure). No device memory is read, nothing is
  * launched; the empty call (batch_size 0 or total_q 0) gives a plan whose runs
- * launch nothing. */
+ * launch nothing. The plan is for the device current at creation: run it with
+ * that device current. */
 va_status va_plan_create(const va_params* p, const va_plan_options* options, va_plan** plan);
 
 /* Launch one call of the plan on run->stream: no planning, no allocation, no
@@ -256,7 +257,9 @@ va_status va_plan_run(const va_plan* plan, const va_run_args* run);
 /* NULL is a no-op. */
 void va_plan_destroy(va_plan* plan);
 
-/* Bytes of workspace the call described by p needs (0 when unsplit). */
+/* Bytes of workspace the call described by p needs (0 when unsplit). Like
+ * va_query_config, it validates what va_plan_create does (the index and mask
+ * pointers, the strides), without the per-run pointers q, k, v, out. */
 va_status va_workspace_size(const va_params* p, size_t* bytes);
 
 /* Which configuration va_attention would run for p on the current device. */

@@ -59,6 +59,7 @@ launch: importing this module, and all argument validation, work without it.
 
 import collections
 import math
+import threading
 from typing import List, Optional, Tuple, Union
 
 import torch
@@ -758,6 +759,7 @@ def _prepare(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size
 # out; each entry holds its batch tensors and its workspace.
 _ONESHOT_PLANS: "collections.OrderedDict[tuple, object]" = collections.OrderedDict()
 _ONESHOT_PLANS_MAX = 16
+_ONESHOT_LOCK = threading.Lock()
 
 
 def _tkey(t, bound: bool):
@@ -772,10 +774,13 @@ def _oneshot_key(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_
                  sm_scale, head_dim_vo, max_q_len, max_kv_len, return_lse, num_splits, out, lse,
                  kv_slot_runs, tuning):
     scalars = (page_size, causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, return_lse, num_splits,
-               kv_slot_runs, tuning)
-    return (paged, tuple((type(x), x) for x in scalars),
+               kv_slot_runs)
+    if any(isinstance(x, torch.Tensor) for x in scalars) or not isinstance(k, torch.Tensor):
+        return None  # a tensor's value can change in place: validate every call
+    # The tuning's validated fields (Tuning compares 1 equal to True).
+    return (paged, tuple((type(x), x) for x in scalars), _tuning_options(tuning),
             _tkey(q, False), _tkey(k, False), _tkey(v, False), _tkey(out, False), _tkey(lse, False),
-            v is not None and v.data_ptr() == k.data_ptr(),
+            isinstance(v, torch.Tensor) and v.data_ptr() == k.data_ptr(),
             _tkey(qo_indptr, True), _tkey(kv_indptr, True), _tkey(kv_indices, True), _tkey(kv_len, True),
             _tkey(tree_mask, True))
 
@@ -797,11 +802,13 @@ def _run(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tr
             key = _oneshot_key(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tree_mask,
                                causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, return_lse, num_splits,
                                out, lse, kv_slot_runs, tuning)
-            plan = _ONESHOT_PLANS.get(key)
-        except TypeError:  # an unhashable argument: the checks below name it
+            with _ONESHOT_LOCK:
+                plan = None if key is None else _ONESHOT_PLANS.get(key)
+                if plan is not None:
+                    _ONESHOT_PLANS.move_to_end(key)
+        except (TypeError, ValueError):  # an unhashable or bad argument: the checks below name it
             key = plan = None
         if plan is not None:
-            _ONESHOT_PLANS.move_to_end(key)
             return _run_planned(plan, q, k, v, out, lse, return_lse)
     ps, d_vo, scale, mq, mkv = _prepare(
         paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tree_mask,
@@ -825,9 +832,10 @@ def _run(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tr
         got = _run_planned(plan, q, k, v, out, lse, return_lse)
         if _is_capturing():
             return got  # planned inside a capture (no error buffer may exist yet): not kept
-        _ONESHOT_PLANS[key] = plan
-        while len(_ONESHOT_PLANS) > _ONESHOT_PLANS_MAX:
-            _ONESHOT_PLANS.popitem(last=False)
+        with _ONESHOT_LOCK:
+            _ONESHOT_PLANS[key] = plan
+            while len(_ONESHOT_PLANS) > _ONESHOT_PLANS_MAX:
+                _ONESHOT_PLANS.popitem(last=False)
         return got
     if out is None and lse is None:
         o, l = torch.ops.verify_attn.tree_attention(

@@ -30,6 +30,15 @@ from ._args import as_int as _as_int
 
 _GRID_ORDERS = {"auto": 0, "rows": 1, "requests": 2}
 
+# Workspaces a captured CUDA graph launches into: kept for the life of the
+# process, whatever happens to the plan that allocated them (a plan dropped or
+# evicted, a workspace outgrown), since a replay writes into them.
+_GRAPH_WORKSPACES = {}
+
+
+def _keep_for_graphs(ws: torch.Tensor) -> None:
+    _GRAPH_WORKSPACES.setdefault(ws.data_ptr(), ws)
+
 
 @dataclasses.dataclass(frozen=True)
 class Tuning:
@@ -133,9 +142,13 @@ class TreeAttentionPlan:
 
     Raises:
       TypeError / ValueError naming the argument: dtypes (int32 indices,
-        int32/uint32 mask), shapes, devices (every tensor on one CUDA device),
+        int32/uint32 mask), devices (every tensor on one CUDA device),
         non-contiguous index tensors, both or neither of ``tree_mask`` and
-        ``causal``, bounds out of range, a bad ``tuning``.
+        ``causal``, bounds out of range, a bad ``tuning``. The checks that need
+        a layer's tensors (shapes against ``q`` and the caches, strides,
+        ``page_size``, ``sm_scale``, ``kv_slot_runs``) run at the first
+        :meth:`run` or :meth:`info` of each layout, with the same errors as
+        :func:`verify_attn.tree_attention_paged`.
     """
 
     def __init__(self, qo_indptr, kv_indptr, kv_indices=None, kv_len=None, *,
@@ -305,9 +318,13 @@ class TreeAttentionPlan:
 
         No host synchronisation; capturable in a CUDA graph. The first run of
         a layout (shapes, strides, dtypes of the tensors) validates and plans it
-        (ValueError / TypeError naming the argument), later runs of it only
-        launch. With :func:`verify_attn.set_debug` on, checks the device's error
-        word after the launch (a host sync), except during capture.
+        (ValueError / TypeError naming the argument) and, for a split-K plan,
+        allocates the plan's workspace (a later layout needing more grows it);
+        later runs of it only launch. A workspace a captured run uses is kept
+        for the life of the process. The plan's runs share its workspace: run one
+        plan on one stream at a time. With :func:`verify_attn.set_debug` on,
+        checks the device's error word after the launch (a host sync), except
+        during capture.
         """
         if lse is None and return_lse:
             lse = torch.empty((q.shape[0], q.shape[1]), dtype=torch.float32, device=q.device)
@@ -325,6 +342,8 @@ class TreeAttentionPlan:
             if self._workspace is None or self._workspace.numel() < ws_bytes:
                 self._workspace = torch.empty(ws_bytes, dtype=torch.uint8, device=self._device)
             ws = self._workspace.data_ptr()
+            if _attn._is_capturing():
+                _keep_for_graphs(self._workspace)
         index = self._index
         stream = (self._stream_of(index) if self._stream_of is not None and index is not None
                   else torch.cuda.current_stream(self._device).cuda_stream)

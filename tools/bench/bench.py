@@ -82,12 +82,11 @@ flags.DEFINE_enum("flex", "auto", ["auto", "all", "none"],
                   "FlexAttention shapes: auto = those tagged 'flex' (bounds torch.compile time), all, none.")
 flags.DEFINE_list("compare_configs", [],
                   "Also time the paged kernel with each of these configurations forced "
-                  "(VERIFY_ATTN_FORCE_CONFIG tags, e.g. mla_wgmma_m64n64_pipe_rows; an unknown tag is a "
+                  "(verify_attn.Tuning(config=...) tags, e.g. mla_m32n32_s1; an unknown tag is a "
                   "usage error), in the same process as "
                   "columns '@<tag>': an A/B of kernel variants without run-to-run drift. The JSON records "
                   "the configuration each really ran (plan), which is the default one where the plan "
-                  "refuses the forced tag for a shape. Compare the graph (g) times: the eager ones "
-                  "include setting the variable around every call (microseconds of host time).")
+                  "refuses the forced tag for a shape.")
 flags.DEFINE_integer("num_splits", 0, "Tuning only: our kernels' split-K count forced to this (the API's "
                      "num_splits; 0 = the plan's choice), e.g. an A/B of two counts on one shape with "
                      "tools/dev/ab_bench.sh's AB_ARGS_B. The JSON's plan records the count that ran.")

@@ -426,7 +426,6 @@ def test_backend_plans_once_per_forward_batch(monkeypatch):
     b.use_mla = True
     b._va_slot_runs = 1
     b.va_plans_made = 0
-    b._va_captured_plans = []
     caches = [torch.zeros(600, 1, 576, dtype=torch.bfloat16) for _ in range(3)]
     b.token_to_kv_pool = SimpleNamespace(get_key_buffer=lambda i: caches[i])
 
@@ -451,10 +450,13 @@ def test_backend_plans_once_per_forward_batch(monkeypatch):
             kw["causal"], kw["max_q_len"], kw["page_size"]) == (16, 1, 576, 512, 0.1, True, n, 1)
     b.forward_extend(q, None, None, layer(0, scaling=0.2), fb, save_kv_cache=False)  # another scale
     assert len(made) == 2
+    for i in range(3):  # alternating kinds of layers: one plan each, not one per switch
+        b.forward_extend(q, None, None, layer(i, scaling=0.2 if i % 2 else 0.1), fb, save_kv_cache=False)
+    assert len(made) == 2
     fb = batch()  # the next batch
     for i in range(3):
         b.forward_extend(q, None, None, layer(i), fb, save_kv_cache=False)
-    assert len(made) == 3 and b.va_plans_made == 3 and len(runs) == 7
+    assert len(made) == 3 and b.va_plans_made == 3 and len(runs) == 10
 
 
 # A padded CUDA-graph replay as SGLang 0.5.23 builds it (decode_cuda_graph_runner.

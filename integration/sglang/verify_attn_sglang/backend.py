@@ -37,8 +37,8 @@ Target verify (``ForwardMode.TARGET_VERIFY``, EAGLE/EAGLE3/NGRAM/DFlash/...):
   heads, dims and scale) and run by every layer on SGLang's pool tensors (no
   planning per layer), MLA (absorbed: q ``[T, H, 576]``, cache ``[slots, 1,
   576]``, value = first 512) or MHA/GQA (head dim 64/128/256, group <= 16),
-  fp16/bf16. Plans made during CUDA-graph capture stay alive with the backend
-  (their workspace is the captured launches').
+  fp16/bf16. A workspace a captured launch uses is kept for the life of the
+  process (verify_attn.plan), whatever happens to the plan.
 
 Configurations the kernel does not cover make the backend a plain Triton
 backend (with a warning at construction): sliding-window models, decode
@@ -84,11 +84,10 @@ class VerifyMetadata:
     tree_mask: Optional[torch.Tensor]  # int32 [bs * n, W] or None (causal)
     causal: bool
     max_kv_len: int
-    # The verify_attn.TreeAttentionPlan of this batch, made at its first layer
-    # (the layers' heads, dims, scale and dtype come with the layer) and run by
-    # every layer with the same ones; see VerifyAttnBackend._va_plan_for.
-    plan: Optional[object] = None
-    plan_key: Optional[tuple] = None
+    # The verify_attn.TreeAttentionPlans of this batch, one per (heads, dims,
+    # scale, dtype) of its layers, each made at the first layer of its kind and
+    # run by the others; see VerifyAttnBackend._va_plan_for.
+    plans: Optional[dict] = None
 
 
 def _sglang_mode_reason() -> Optional[str]:
@@ -164,7 +163,6 @@ class VerifyAttnBackend(TritonAttnBackend):
         self._va_graph = None
         self._va_max_bs = model_runner.req_to_token_pool.size
         self.va_plans_made = 0  # TreeAttentionPlans made (one per forward batch of one model)
-        self._va_captured_plans = []  # plans whose launches a CUDA graph holds
         ps = int(getattr(self, "page_size", 1) or 1)  # TritonAttnBackend's, from the server's --page-size
         # Token slots in runs of ps from each request's first row (SGLang's pages):
         # a kernel-choice hint for verify_attn (tree_attention_paged's kv_slot_runs).
@@ -416,17 +414,17 @@ class VerifyAttnBackend(TritonAttnBackend):
         H, d_qk, d_vo = layer.tp_q_head_num, layer.qk_head_dim, layer.v_head_dim
         hkv = 1 if self.use_mla else layer.tp_k_head_num
         key = (H, hkv, d_qk, d_vo, float(layer.scaling), dtype)
-        if m.plan is None or m.plan_key != key:
-            m.plan = _import_verify_attn().TreeAttentionPlan(
+        if m.plans is None:
+            m.plans = {}
+        plan = m.plans.get(key)
+        if plan is None:
+            plan = m.plans[key] = _import_verify_attn().TreeAttentionPlan(
                 m.qo_indptr, m.kv_indptr, m.kv_indices, m.kv_len, num_qo_heads=H, num_kv_heads=hkv,
                 head_dim_qk=d_qk, head_dim_vo=d_vo if self.use_mla else None, page_size=1,
                 tree_mask=m.tree_mask, causal=m.causal, sm_scale=layer.scaling, dtype=dtype,
                 max_q_len=m.n, max_kv_len=m.max_kv_len, kv_slot_runs=self._va_slot_runs)
-            m.plan_key = key
             self.va_plans_made += 1
-            if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
-                self._va_captured_plans.append(m.plan)
-        return m.plan
+        return plan
 
     def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, sinks=None,
                        score_mod=None, aux_tensors=None, **kwargs):
