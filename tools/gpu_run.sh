@@ -88,11 +88,11 @@ device)
     # wgmma path it reports write-write hazards between the consumers' P stores
     # (over a K tile's block 8) and the producer's cp.async refill of that
     # block, which an mbarrier (empty -> full) orders and racecheck does not
-    # model (see BENCHMARKS.md, "sm_90a path").
+    # model (see docs/gpu_workflow.md).
     # initcheck runs the TMA kernel with its unsplit output stored from
     # registers (--o_tma=off): initcheck does not see the copy engine's
     # stores, so every later read of a TMA-stored output row is reported as
-    # uninitialized (BENCHMARKS.md, "sm_90a path"); memcheck / synccheck run
+    # uninitialized (docs/gpu_workflow.md); memcheck / synccheck run
     # the TMA stores.
     for tool in ${SANITIZERS:-memcheck racecheck initcheck synccheck}; do
       force=""; o_tma=on

@@ -3,7 +3,7 @@
 The tensor pipe is one FIFO server (wgmma groups run in issue order); each
 consumer warpgroup is a chain of steps; a K stage handed back to the producer is
 available again L microseconds later. It compares the two consumer schedules
-tried on the H200 (BENCHMARKS.md, "sm_90a wgmma path"):
+tried on the H200 (docs/design_sm90_mla.md):
 
   exchange  kernels/sm90/mla_wgmma_kernel.cuh: both consumers compute their
             tile's scores, exchange row maxima, do their softmax at the same
