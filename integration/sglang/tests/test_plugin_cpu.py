@@ -459,6 +459,51 @@ def test_backend_plans_once_per_forward_batch(monkeypatch):
     assert len(made) == 3 and b.va_plans_made == 3 and len(runs) == 10
 
 
+def test_backend_serves_unit_kv_scales(monkeypatch):
+    """Checkpoints with fp8 weights give every attention layer k_scale / v_scale 1.0 even with a
+    bf16 cache: served (as Triton serves them: K / 1.0 stored, read back times 1.0). Other
+    scales, or scales never loaded (no k_scale_float), are refused naming the layer and values."""
+    _sglang_or_skip()
+    from types import SimpleNamespace
+
+    from verify_attn_sglang import backend as be
+
+    made = []
+
+    class Plan:
+        def __init__(self, *args, **kw):
+            made.append(kw)
+
+        def run(self, q, k_cache, v_cache=None, *, out=None, **kw):
+            return out
+
+    monkeypatch.setattr(be, "_import_verify_attn", lambda: SimpleNamespace(TreeAttentionPlan=Plan))
+    n, bs = 4, 2
+    b = _bare_backend(n, 3, torch.randint(0, 500, (3, 32), dtype=torch.int32))
+    b.use_mla = True
+    b._va_slot_runs = 1
+    b.va_plans_made = 0
+    b.token_to_kv_pool = SimpleNamespace(get_key_buffer=lambda i: torch.zeros(600, 1, 576, dtype=torch.bfloat16))
+    fb = _verify_fb(n, torch.tensor([2, 0]), torch.tensor([9, 20], dtype=torch.int32),
+                    torch.randint(500, 600, (bs * n,), dtype=torch.int64), None, 1)
+    b.init_forward_metadata(fb)
+    q = torch.zeros(bs * n, 16 * 576, dtype=torch.bfloat16)
+
+    def layer(k_scale, v_scale, ks_float, vs_float):
+        return SimpleNamespace(layer_id=7, tp_q_head_num=16, tp_k_head_num=1, qk_head_dim=576, v_head_dim=512,
+                               scaling=0.1, logit_cap=0, sliding_window_size=-1, k_scale=k_scale,
+                               v_scale=v_scale, k_scale_float=ks_float, v_scale_float=vs_float)
+
+    one = torch.tensor(1.0)
+    b.forward_extend(q, None, None, layer(one, one, 1.0, 1.0), fb, save_kv_cache=False)  # fp8-weight checkpoint
+    b.forward_extend(q, None, None, layer(None, None, None, None), fb, save_kv_cache=False)
+    assert len(made) == 1
+    for bad in (layer(torch.tensor(0.5), one, 0.5, 1.0), layer(one, torch.tensor(2.0), 1.0, 2.0),
+                layer(one, one, None, None)):
+        with pytest.raises(NotImplementedError, match=r"layer 7 uses KV scales k_scale=.*only 1\.0 is served"):
+            b.forward_extend(q, None, None, bad, fb, save_kv_cache=False)
+
+
 # A padded CUDA-graph replay as SGLang 0.5.23 builds it (decode_cuda_graph_runner.
 # build_replay_fb_view): batch_size / req_pool_indices / seq_lens / seq_lens_cpu
 # are the padded capture buffers (padded lanes: seq_len_fill_value 1, pool row 0),

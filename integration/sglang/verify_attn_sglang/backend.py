@@ -146,6 +146,26 @@ def _real_batch_size(forward_batch, bs: int) -> int:
     return md.real_batch_size(bs, num_padding)
 
 
+def _kv_scales(layer):
+    """None when the layer's KV scales change nothing, else (k_scale, v_scale).
+
+    The cache is fp16/bf16 here (an fp8 cache makes the backend Triton's at
+    construction). Checkpoints with fp8 *weights* (DeepSeek-V3 / R1:
+    ``quant_method: fp8``) still give every attention layer a ``k_scale`` /
+    ``v_scale``, 1.0 unless the checkpoint holds KV scales
+    (``quantization/kv_cache.py``, ``process_weights_after_loading``); with 1.0
+    Triton stores ``k / 1.0`` and reads it back times 1.0, which is what this
+    backend does without them. Other values (K stored divided by the scale,
+    read back times it) are not served. The Python floats ``k_scale_float`` /
+    ``v_scale_float`` say it without reading the device tensors.
+    """
+    ks, vs = getattr(layer, "k_scale_float", None), getattr(layer, "v_scale_float", None)
+    # Each scale: no tensor at all, or a loaded float of exactly 1.0.
+    k_unit = getattr(layer, "k_scale", None) is None or ks == 1.0
+    v_unit = getattr(layer, "v_scale", None) is None or vs == 1.0
+    return None if k_unit and v_unit else (ks, vs)
+
+
 def _import_verify_attn():
     import verify_attn  # noqa: PLC0415
 
@@ -396,8 +416,9 @@ class VerifyAttnBackend(TritonAttnBackend):
             problems.append("xai temperature")
         if getattr(layer, "is_cross_attention", False):
             problems.append("cross attention")
-        if getattr(layer, "k_scale", None) is not None:
-            problems.append("scaled (fp8) KV")
+        scales = _kv_scales(layer)
+        if scales is not None:
+            problems.append(f"KV scales k_scale={scales[0]}, v_scale={scales[1]} (only 1.0 is served)")
         sw = getattr(layer, "sliding_window_size", None)
         if sw is not None and sw > -1:
             problems.append("sliding window")
