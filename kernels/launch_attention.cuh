@@ -64,15 +64,6 @@ va_status prepare_kernel(int device, int sm_arch) {
   return VA_OK;
 }
 
-// Whether a tile shape loads K by TMA (the tensor map is encoded per launch).
-template <class Shape>
-constexpr bool uses_tma() {
-  if constexpr (Shape::kWgmma) {
-    return Shape::kSeesawTma;
-  } else {
-    return false;
-  }
-}
 
 template <int ID, class Loader>
 va_status launch_config(const KernelParams& kp, const Plan& plan, int dtype, void* stream);
@@ -120,7 +111,7 @@ va_status launch_one(const KernelParams& kp, const Plan& plan, int dtype, void* 
     // (kernels/plan.cc), so an encoding the driver refuses is an error, never a
     // silent change of kernel.
     KernelParams kp_tma = kp;
-    if constexpr (uses_tma<Shape>()) {
+    if constexpr (k_by_tma<Shape>()) {
       constexpr bool kRowsMap = !Loader::kPaged || Shape::kRowsGather;
       const va_status ks = kRowsMap ? encode_k_rows_tmap(&kp_tma, dtype, /*paged=*/Loader::kPaged)
                                     : encode_k_tmap(&kp_tma, dtype);
@@ -142,7 +133,7 @@ va_status launch_shape(const KernelParams& kp, const Plan& plan, int dtype, void
 template <int ID, class Loader>
 va_status launch_config(const KernelParams& kp, const Plan& plan, int dtype, void* stream) {
   using Shape = typename ConfigShape<ID>::type;
-  if constexpr (uses_tma<Shape>()) {
+  if constexpr (k_by_tma<Shape>()) {
     if constexpr (!(Shape::kRowsGather && !Loader::kPaged)) {  // (rows map: paged only)
       // The instance that skips invisible draft tiles (Plan::skip_draft_tiles).
       using Skip = TileShapeWgmmaMla<true, Shape::kRowsGather, true>;

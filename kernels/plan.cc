@@ -24,15 +24,6 @@ constexpr int tile_granule() {
   return S::kWgmma ? 2 : 1;
 }
 
-template <class S>
-constexpr bool k_by_tma() {
-  if constexpr (S::kWgmma) {
-    return S::kSeesawTma;
-  } else {
-    return false;
-  }
-}
-
 template <int ID>
 constexpr ConfigDesc make_desc(const char* tag) {
   using S = typename ConfigShape<ID>::type;

@@ -172,6 +172,16 @@ template <> struct ConfigShape<kCfgMlaWgmmaM64N64PR> { using type = TileShapeWgm
 template <> struct ConfigShape<kCfgMlaWgmmaSeesawTma> { using type = TileShapeWgmmaMla<true>; };
 template <> struct ConfigShape<kCfgMlaWgmmaSeesawRows> { using type = TileShapeWgmmaMla<true, true>; };
 
+// Whether a tile shape loads K by TMA (its tensor map encoded per launch).
+template <class S>
+constexpr bool k_by_tma() {
+  if constexpr (S::kWgmma) {
+    return S::kSeesawTma;
+  } else {
+    return false;
+  }
+}
+
 struct ConfigDesc {
   const char* tag;  // e.g. "mla_m32n32_s1"
   bool mla;         // serves MLA (v_is_k_prefix, 576 / 512); else GQA / MHA of head_dim_qk

@@ -171,29 +171,25 @@ inline bool encode_folded_rows_map(const void* base, int dtype, int width, int n
 // refusal there is the driver's: an error. Without them the consumers copy Q
 // with cp.async and store their rows from registers.
 inline va_status encode_q_o_tmaps(KernelParams* kp, const Plan& plan, int dtype) {
-  kp->q_tma = 0;
-  kp->o_tma = 0;
-  if (plan.q_tma) {
-    if (!encode_folded_rows_map(kp->q, dtype, 576, kp->num_qo_heads, kp->total_q,
-                                kp->q_stride_token, kp->q_stride_head, kp->group, kp->q_tmap))
+  // One map of the two: `name` for the error, width 576 (Q) or 512 (output).
+  auto encode = [&](bool planned, const char* name, const void* base, int width, int64_t s_tok,
+                    int64_t s_head, unsigned char (&dst)[128], int32_t* flag) -> va_status {
+    *flag = 0;
+    if (!planned) return VA_OK;
+    if (!encode_folded_rows_map(base, dtype, width, kp->num_qo_heads, kp->total_q, s_tok, s_head,
+                                kp->group, dst))
       return va_fail(VA_ERR_CUDA,
-                     "q: cuTensorMapEncodeTiled refused the planned Q map (%d heads per KV head, "
+                     "%s: cuTensorMapEncodeTiled refused the planned map (%d heads per KV head, "
                      "strides %lld / %lld elements)",
-                     kp->group, static_cast<long long>(kp->q_stride_token),
-                     static_cast<long long>(kp->q_stride_head));
-    kp->q_tma = 1;
-  }
-  if (plan.o_tma) {
-    if (!encode_folded_rows_map(kp->out, dtype, 512, kp->num_qo_heads, kp->total_q,
-                                kp->out_stride_token, kp->out_stride_head, kp->group, kp->o_tmap))
-      return va_fail(VA_ERR_CUDA,
-                     "out: cuTensorMapEncodeTiled refused the planned output map (%d heads per KV "
-                     "head, strides %lld / %lld elements)",
-                     kp->group, static_cast<long long>(kp->out_stride_token),
-                     static_cast<long long>(kp->out_stride_head));
-    kp->o_tma = 1;
-  }
-  return VA_OK;
+                     name, kp->group, static_cast<long long>(s_tok), static_cast<long long>(s_head));
+    *flag = 1;
+    return VA_OK;
+  };
+  const va_status st = encode(plan.q_tma, "q", kp->q, 576, kp->q_stride_token, kp->q_stride_head,
+                              kp->q_tmap, &kp->q_tma);
+  if (st != VA_OK) return st;
+  return encode(plan.o_tma, "out", kp->out, 512, kp->out_stride_token, kp->out_stride_head,
+                kp->o_tmap, &kp->o_tma);
 }
 
 }  // namespace verify_attn
