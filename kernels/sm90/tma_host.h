@@ -64,31 +64,40 @@ inline CUresult encode_map_3d(
                 CU_TENSOR_MAP_SWIZZLE_128B, promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
+// Encodes the K map of the TMA kernel (dims and byte strides as the driver
+// takes them; boxes of 64 columns x 64 rows) into kp->k_tmap. The plan chose
+// the map by its rules (kernels/plan.cc), so a refusal is the driver's: an
+// error naming `what`, never a change of kernel.
+inline va_status encode_k_map(KernelParams* kp, int dtype, const cuuint64_t (&dims)[3],
+                              const cuuint64_t (&strides)[2], const char* what) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (encode == nullptr)
+    return va_fail(VA_ERR_CUDA, "device: cuTensorMapEncodeTiled not found in the driver");
+  const cuuint32_t box[3] = {64, 64, 1};
+  CUtensorMap map;
+  const CUresult r = encode_map_3d(encode, &map, kp->k, dtype, dims, strides, box);
+  if (r != CUDA_SUCCESS)
+    return va_fail(VA_ERR_CUDA,
+                   "k: cuTensorMapEncodeTiled refused the K %s map (CUresult %d; strides %llu / %llu "
+                   "bytes, dims %llu x %llu x %llu)",
+                   what, static_cast<int>(r), static_cast<unsigned long long>(strides[0]),
+                   static_cast<unsigned long long>(strides[1]), static_cast<unsigned long long>(dims[0]),
+                   static_cast<unsigned long long>(dims[1]), static_cast<unsigned long long>(dims[2]));
+  std::memcpy(kp->k_tmap, &map, sizeof(map));
+  return VA_OK;
+}
+
 inline va_status encode_k_tmap(KernelParams* kp, int dtype) {
   if (kp->page_size <= 0 || kp->page_size % 64 != 0 || kp->num_pages <= 0)
     return va_fail(VA_ERR_UNSUPPORTED,
                    "page_size: the TMA configuration needs a paged cache with page_size a multiple "
                    "of 64 (got %d)",
                    kp->page_size);
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-  if (encode == nullptr)
-    return va_fail(VA_ERR_CUDA, "device: cuTensorMapEncodeTiled not found in the driver");
   const cuuint64_t dims[3] = {576, static_cast<cuuint64_t>(kp->page_size),
                               static_cast<cuuint64_t>(kp->num_pages)};
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(kp->k_stride_token) * 2,
                                  static_cast<cuuint64_t>(kp->k_stride_page) * 2};
-  const cuuint32_t box[3] = {64, 64, 1};
-  CUtensorMap map;
-  const CUresult r = encode_map_3d(encode, &map, kp->k, dtype, dims, strides, box);
-  if (r != CUDA_SUCCESS)
-    return va_fail(VA_ERR_INVALID_STRIDE,
-                   "k: cuTensorMapEncodeTiled refused the K cache (CUresult %d; strides %lld / %lld "
-                   "elements, page_size %d, %lld pages)",
-                   static_cast<int>(r), static_cast<long long>(kp->k_stride_token),
-                   static_cast<long long>(kp->k_stride_page), kp->page_size,
-                   static_cast<long long>(kp->num_pages));
-  std::memcpy(kp->k_tmap, &map, sizeof(map));
-  return VA_OK;
+  return encode_k_map(kp, dtype, dims, strides, "page");
 }
 
 // The TMA kernel's K map for flat caches and for page_size 1 caches planned
@@ -109,24 +118,11 @@ inline va_status encode_k_rows_tmap(KernelParams* kp, int dtype, bool paged) {
                    "elements, %lld rows)",
                    static_cast<long long>(kp->k_stride_token),
                    static_cast<long long>(kp->k_stride_page), static_cast<long long>(rows));
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-  if (encode == nullptr)
-    return va_fail(VA_ERR_CUDA, "device: cuTensorMapEncodeTiled not found in the driver");
   const cuuint64_t dims[3] = {576, static_cast<cuuint64_t>(rows), 1};
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(kp->k_stride_token) * 2,
                                  static_cast<cuuint64_t>(kp->k_stride_token) * 2 *
                                      static_cast<cuuint64_t>(rows)};
-  const cuuint32_t box[3] = {64, 64, 1};
-  CUtensorMap map;
-  const CUresult r = encode_map_3d(encode, &map, kp->k, dtype, dims, strides, box);
-  if (r != CUDA_SUCCESS)
-    return va_fail(VA_ERR_CUDA,
-                   "k: cuTensorMapEncodeTiled refused the K rows map (CUresult %d; stride %lld "
-                   "elements, %lld rows)",
-                   static_cast<int>(r), static_cast<long long>(kp->k_stride_token),
-                   static_cast<long long>(rows));
-  std::memcpy(kp->k_tmap, &map, sizeof(map));
-  return VA_OK;
+  return encode_k_map(kp, dtype, dims, strides, "rows");
 }
 
 // A [total_q tokens][num_qo_heads][width] tensor (bf16 / fp16, element strides

@@ -819,8 +819,8 @@ def _run(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tr
     return_lse = as_bool(return_lse, "return_lse")
     config, *flags = _tuning_options(tuning)
     if key is not None and q.shape[0] > 0 and qo_indptr.shape[0] > 1:
-        _check_strides(layout, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, out, lse)
-        _check_devices(layout, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, out, lse)
+        # The plan's first run checks strides and devices (_check_strides,
+        # _check_devices, with these same tensors and messages).
         from .plan import TreeAttentionPlan  # noqa: PLC0415 (plan imports this module)
 
         mla = v is None or _v_is_k_prefix_view(k, v)
