@@ -329,6 +329,7 @@ def _bare_backend(n, max_bs, req_to_token, max_context_len=64):
     b.device = torch.device("cpu")
     b.req_to_token = req_to_token
     b._va_graph = None
+    b._va_layer_keys = {}
     b._va_max_bs = max_bs
     b._verify_mask = b._va_make_verify_mask(max_bs)
     return b
@@ -457,6 +458,54 @@ def test_backend_plans_once_per_forward_batch(monkeypatch):
     for i in range(3):
         b.forward_extend(q, None, None, layer(i), fb, save_kv_cache=False)
     assert len(made) == 3 and b.va_plans_made == 3 and len(runs) == 10
+
+
+def test_backend_checks_a_layer_once(monkeypatch):
+    """A layer's attributes are checked at its first target verify only (a forward of many
+    layers does not re-read them per layer and step); a refused layer is refused at every
+    call; per-call arguments (sinks) are checked at every call."""
+    _sglang_or_skip()
+    from types import SimpleNamespace
+
+    from verify_attn_sglang import backend as be
+
+    class Plan:
+        def __init__(self, *args, **kw):
+            pass
+
+        def run(self, q, k_cache, v_cache=None, *, out=None, **kw):
+            return out
+
+    monkeypatch.setattr(be, "_import_verify_attn", lambda: SimpleNamespace(TreeAttentionPlan=Plan))
+    checked = []
+    real_check = be.VerifyAttnBackend._va_check_layer
+
+    def counting(self, layer, *a, **kw):
+        checked.append(layer.layer_id)
+        return real_check(self, layer, *a, **kw)
+
+    monkeypatch.setattr(be.VerifyAttnBackend, "_va_check_layer", counting)
+    n, bs = 4, 2
+    b = _bare_backend(n, 3, torch.randint(0, 500, (3, 32), dtype=torch.int32))
+    b.use_mla, b._va_slot_runs, b.va_plans_made = True, 1, 0
+    b.token_to_kv_pool = SimpleNamespace(get_key_buffer=lambda i: torch.zeros(600, 1, 576, dtype=torch.bfloat16))
+    layers = [SimpleNamespace(layer_id=i, tp_q_head_num=16, tp_k_head_num=1, qk_head_dim=576, v_head_dim=512,
+                              scaling=0.1, logit_cap=0, sliding_window_size=-1) for i in range(3)]
+    capped = SimpleNamespace(layer_id=9, tp_q_head_num=16, tp_k_head_num=1, qk_head_dim=576, v_head_dim=512,
+                             scaling=0.1, logit_cap=30.0, sliding_window_size=-1)
+    q = torch.zeros(bs * n, 16 * 576, dtype=torch.bfloat16)
+    for _ in range(2):  # two verify steps
+        fb = _verify_fb(n, torch.tensor([2, 0]), torch.tensor([9, 20], dtype=torch.int32),
+                        torch.randint(500, 600, (bs * n,), dtype=torch.int64), None, 1)
+        b.init_forward_metadata(fb)
+        for layer in layers:
+            b.forward_extend(q, None, None, layer, fb, save_kv_cache=False)
+        for _ in range(2):
+            with pytest.raises(NotImplementedError, match="layer 9 uses logit soft-capping"):
+                b.forward_extend(q, None, None, capped, fb, save_kv_cache=False)
+        with pytest.raises(NotImplementedError, match="attention sinks"):
+            b.forward_extend(q, None, None, layers[0], fb, save_kv_cache=False, sinks=torch.zeros(16))
+    assert checked.count(0) == 3 and checked.count(1) == 1 and checked.count(2) == 1 and checked.count(9) == 4
 
 
 def test_backend_serves_unit_kv_scales(monkeypatch):

@@ -183,6 +183,7 @@ class VerifyAttnBackend(TritonAttnBackend):
         self._va_graph = None
         self._va_max_bs = model_runner.req_to_token_pool.size
         self.va_plans_made = 0  # TreeAttentionPlans made (one per forward batch of one model)
+        self._va_layer_keys = {}  # id(layer) -> (layer, plan key): the layer's checks ran
         ps = int(getattr(self, "page_size", 1) or 1)  # TritonAttnBackend's, from the server's --page-size
         # Token slots in runs of ps from each request's first row (SGLang's pages):
         # a kernel-choice hint for verify_attn (tree_attention_paged's kv_slot_runs).
@@ -404,7 +405,21 @@ class VerifyAttnBackend(TritonAttnBackend):
 
     # ------------------------------------------------------------------ forward
 
-    def _va_check_layer(self, layer, sinks, score_mod, aux_tensors) -> None:
+    def _va_layer_key(self, layer, dtype):
+        """The layer's plan key ``(H, Hkv, d_qk, d_vo, scale, dtype)``, its
+        attributes checked (NotImplementedError for what verify_attn does not
+        implement) at its first call and remembered per layer object: a forward
+        of many layers pays the attribute reads once, not per layer and step."""
+        ent = self._va_layer_keys.get(id(layer))
+        if ent is not None and ent[0] is layer and ent[1][5] == dtype:
+            return ent[1]
+        self._va_check_layer(layer)
+        hkv = 1 if self.use_mla else layer.tp_k_head_num
+        key = (layer.tp_q_head_num, hkv, layer.qk_head_dim, layer.v_head_dim, float(layer.scaling), dtype)
+        self._va_layer_keys[id(layer)] = (layer, key)
+        return key
+
+    def _va_check_layer(self, layer, sinks=None, score_mod=None, aux_tensors=None) -> None:
         problems = []
         if getattr(layer, "logit_cap", 0) and layer.logit_cap > 0:
             problems.append("logit soft-capping")
@@ -428,21 +443,19 @@ class VerifyAttnBackend(TritonAttnBackend):
                 "which verify_attn does not implement; run with --attention-backend triton"
             )
 
-    def _va_plan_for(self, m: VerifyMetadata, layer, dtype):
-        """The batch's plan (made at its first layer; a layer with other heads,
-        dims, scale or dtype gets its own), so that a forward of many layers
-        plans once and runs per layer."""
-        H, d_qk, d_vo = layer.tp_q_head_num, layer.qk_head_dim, layer.v_head_dim
-        hkv = 1 if self.use_mla else layer.tp_k_head_num
-        key = (H, hkv, d_qk, d_vo, float(layer.scaling), dtype)
+    def _va_plan_for(self, m: VerifyMetadata, key):
+        """The batch's plan for a layer key (made at its first layer; a layer
+        with other heads, dims, scale or dtype gets its own), so that a forward
+        of many layers plans once and runs per layer."""
         if m.plans is None:
             m.plans = {}
         plan = m.plans.get(key)
         if plan is None:
+            H, hkv, d_qk, d_vo, scale, dtype = key
             plan = m.plans[key] = _import_verify_attn().TreeAttentionPlan(
                 m.qo_indptr, m.kv_indptr, m.kv_indices, m.kv_len, num_qo_heads=H, num_kv_heads=hkv,
                 head_dim_qk=d_qk, head_dim_vo=d_vo if self.use_mla else None, page_size=1,
-                tree_mask=m.tree_mask, causal=m.causal, sm_scale=layer.scaling, dtype=dtype,
+                tree_mask=m.tree_mask, causal=m.causal, sm_scale=scale, dtype=dtype,
                 max_q_len=m.n, max_kv_len=m.max_kv_len, kv_slot_runs=self._va_slot_runs)
             self.va_plans_made += 1
         return plan
@@ -455,7 +468,9 @@ class VerifyAttnBackend(TritonAttnBackend):
         m = self.va_metadata
         if m is None:
             raise RuntimeError("verify_attn backend: init_forward_metadata was not called for this target verify")
-        self._va_check_layer(layer, sinks, score_mod, aux_tensors)
+        if sinks is not None or score_mod is not None or aux_tensors is not None:
+            self._va_check_layer(layer, sinks, score_mod, aux_tensors)
+        key = self._va_layer_key(layer, q.dtype)
         if (k is None) != (v is None):
             raise ValueError("Both k and v should be None or not None")
         if k is not None and save_kv_cache:
@@ -463,12 +478,14 @@ class VerifyAttnBackend(TritonAttnBackend):
             # stores them); the kernel then reads prefix + drafts from the cache.
             self._set_kv_buffer(forward_batch, layer, KVWriteLoc.for_batch(forward_batch), k, v)
 
-        H = layer.tp_q_head_num
-        d_qk, d_vo = layer.qk_head_dim, layer.v_head_dim
+        H, _, d_qk, d_vo = key[:4]
         attn_out = getattr(forward_batch, "_attn_output", None)
         o = attn_out if attn_out is not None else q.new_empty((q.shape[0], H * d_vo))
-        k_cache = self.token_to_kv_pool.get_key_buffer(layer.layer_id)
-        v_cache = None if self.use_mla else self.token_to_kv_pool.get_value_buffer(layer.layer_id)
-        plan = self._va_plan_for(m, layer, q.dtype)
+        pool = self.token_to_kv_pool
+        k_cache = pool.get_key_buffer(layer.layer_id)
+        v_cache = None if self.use_mla else pool.get_value_buffer(layer.layer_id)
+        plan = m.plans.get(key) if m.plans is not None else None
+        if plan is None:
+            plan = self._va_plan_for(m, key)
         plan.run(q.view(-1, H, d_qk), k_cache, v_cache, out=o.view(-1, H, d_vo))
         return o

@@ -185,8 +185,8 @@ class _Setup:
             runner = m.mla.MockMLAModelRunner(case=kcase, model_config=cfg, dtype=case.dtype, device=dev,
                                               max_context_len=width, kv_lora_rank=s.d_vo,
                                               qk_rope_head_dim=s.d_qk - s.d_vo)
-            layer = m.RadixAttention(num_heads=s.heads, head_dim=s.d_qk, scaling=case.sm_scale, num_kv_heads=1,
-                                     layer_id=0, v_head_dim=s.d_vo)
+            layer_args = dict(num_heads=s.heads, head_dim=s.d_qk, scaling=case.sm_scale, num_kv_heads=1,
+                              v_head_dim=s.d_vo)
         else:
             if s.d_qk != s.d_vo:
                 raise NotApplicable(f"head dims {s.d_qk}/{s.d_vo} (the kit's dense model has one head dim)")
@@ -197,8 +197,8 @@ class _Setup:
                                           hidden_size=HIDDEN_SIZE, context_len=width)
             runner = m.dense.MockModelRunner(case=kcase, model_config=cfg, dtype=case.dtype, device=dev,
                                              max_context_len=width, head_dim=s.d_qk)
-            layer = m.RadixAttention(num_heads=s.heads, head_dim=s.d_qk, scaling=case.sm_scale,
-                                     num_kv_heads=s.kv_heads, layer_id=0)
+            layer_args = dict(num_heads=s.heads, head_dim=s.d_qk, scaling=case.sm_scale, num_kv_heads=s.kv_heads)
+        layer = m.RadixAttention(layer_id=0, **layer_args)
         backend = m.ATTENTION_BACKENDS[backend_name](runner)
         if backend_name == "verify_attn":
             if not isinstance(backend, m.VerifyAttnBackend):
@@ -273,7 +273,7 @@ class _Setup:
             seq_lens_cpu=batch.seq_lens_cpu)
 
         self.m, self.case, self.runner, self.pool, self.backend = m, case, runner, pool, backend
-        self.layer, self.batch = layer, batch
+        self.layer, self.batch, self.layer_args = layer, batch, layer_args
         self.mla = s.mla
         self.ctx = m.ForwardContext(attn_backend=backend)
 
