@@ -756,6 +756,146 @@ def test_sglang_modes_that_fall_back_to_triton(monkeypatch):
     assert be._sglang_mode_reason() is None
 
 
+def _constructed_backend(monkeypatch, prefill, decode, spec_mode=None):
+    """VerifyAttnBackend.__init__ with TritonAttnBackend.__init__ stubbed to the
+    attributes ours reads (that one needs a GPU): a GQA D128 model, 4 drafts."""
+    from types import SimpleNamespace
+
+    import sglang.srt.runtime_context as rc
+    from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
+    from verify_attn_sglang import backend as be
+
+    def triton_init(self, model_runner, skip_prefill=False, kv_indptr_buf=None, **kw):
+        self.skip_prefill, self.num_draft_tokens, self.dcp_size = skip_prefill, 4, 1
+        self.sliding_window_size, self.enable_deterministic, self.use_mla = None, False, False
+        self.num_head, self.num_kv_head, self.page_size = 8, 2, 1
+        self.device, self.max_context_len = torch.device("cpu"), 64
+
+    monkeypatch.setattr(TritonAttnBackend, "__init__", triton_init)
+    if spec_mode is not None:
+        monkeypatch.setattr(rc, "get_spec", lambda: SimpleNamespace(
+            speculative_attention_mode=spec_mode, speculative_algorithm="NGRAM",
+            speculative_draft_attention_backend="triton"))
+    runner = SimpleNamespace(
+        is_draft_worker=False, kv_cache_dtype=torch.bfloat16, req_to_token_pool=SimpleNamespace(size=4),
+        model_config=SimpleNamespace(head_dim=128, is_encoder_decoder=False),
+        prefill_attention_backend_str=prefill, decode_attention_backend_str=decode)
+    return be.VerifyAttnBackend(runner)
+
+
+@pytest.mark.parametrize("prefill,decode,mode,serves", [
+    ("verify_attn", "verify_attn", "prefill", True),
+    ("verify_attn", "triton", "prefill", True),
+    ("verify_attn", "triton", "decode", False),   # D5: verify runs on Triton, NGRAM must keep FULL
+    ("triton", "verify_attn", "decode", True),
+    ("triton", "verify_attn", "prefill", False),
+])
+def test_backend_serves_only_the_verify_side(monkeypatch, prefill, decode, mode, serves):
+    """With two backends, ours serves target verify (and switches NGRAM to the compact
+    mask, a process-wide setting) only when SGLang runs target verify on it
+    (--speculative-attention-mode); otherwise NGRAM keeps the FULL mask the other
+    backend reads."""
+    _sglang_or_skip()
+    import sys
+    import types
+
+    import sglang.srt.speculative as spec_pkg
+
+    # NGRAM's worker module needs sgl_kernel to import: a stand-in with its switch
+    ngram_worker = types.ModuleType("sglang.srt.speculative.ngram_worker")
+    ngram_worker.USE_FULL_MASK = True
+    monkeypatch.setitem(sys.modules, ngram_worker.__name__, ngram_worker)
+    monkeypatch.setattr(spec_pkg, "ngram_worker", ngram_worker, raising=False)
+    b = _constructed_backend(monkeypatch, prefill, decode, mode)
+    assert b.va_enabled is serves, b.va_reason
+    assert ngram_worker.USE_FULL_MASK is (not serves)
+    if not serves:
+        other = "decode" if mode == "decode" else "prefill"
+        assert f"SGLang runs target verify on the {other} backend 'triton'" in b.va_reason
+
+
+def test_dflash_mask_policy_names_the_backend(monkeypatch):
+    """DFlash gives a backend off its list the graph runner's all-ones custom mask at
+    capture; after construction VerifyAttnBackend is on the list (served causally, no mask)."""
+    _sglang_or_skip()
+    from sglang.srt.speculative import dflash_utils
+
+    from verify_attn_sglang import backend as be
+
+    original = frozenset(n for n in dflash_utils._DFLASH_VERIFY_SKIP_CUSTOM_MASK_BACKENDS if n != "VerifyAttnBackend")
+    monkeypatch.setattr(dflash_utils, "_DFLASH_VERIFY_SKIP_CUSTOM_MASK_BACKENDS", original)
+    bare = _bare_backend(4, 2, torch.zeros(2, 8, dtype=torch.int32))
+    assert dflash_utils.resolve_dflash_verify_mask_policy(bare) == ("VerifyAttnBackend", True)
+    _constructed_backend(monkeypatch, "verify_attn", "verify_attn")
+    assert dflash_utils.resolve_dflash_verify_mask_policy(bare) == ("VerifyAttnBackend", False)
+    assert original < dflash_utils._DFLASH_VERIFY_SKIP_CUSTOM_MASK_BACKENDS  # the others kept
+    be.register_dflash_mask_policy()  # idempotent
+    assert dflash_utils._DFLASH_VERIFY_SKIP_CUSTOM_MASK_BACKENDS == original | {"VerifyAttnBackend"}
+
+
+def test_draft_backend_note(monkeypatch):
+    """Without --speculative-draft-attention-backend the draft silently takes SGLang's
+    fallback (verify_attn is no draft backend): the backend says what to pass."""
+    _sglang_or_skip()
+    from types import SimpleNamespace
+
+    import sglang.srt.runtime_context as rc
+    from verify_attn_sglang import backend as be
+
+    def spec(algo, draft):
+        monkeypatch.setattr(rc, "get_spec", lambda: SimpleNamespace(
+            speculative_algorithm=algo, speculative_draft_attention_backend=draft))
+
+    spec("EAGLE", None)
+    note = be.draft_backend_note()
+    assert "--speculative-draft-attention-backend triton" in note and "EAGLE" in note
+    spec("EAGLE", "triton")
+    assert be.draft_backend_note() is None
+    spec(None, None)
+    assert be.draft_backend_note() is None
+
+
+def test_graph_replay_refuses_another_draft_count():
+    """The CUDA-graph buffers and captured launches are made for num_draft_tokens per
+    request; a target verify with another count raises instead of being read wrongly."""
+    _sglang_or_skip()
+    n, bs, pool = 6, 2, 4
+    b = _bare_backend(n, pool, torch.randint(0, 500, (pool, 64), dtype=torch.int32))
+    b._va_alloc_graph(4)
+    seq_lens = torch.tensor([10, 3], dtype=torch.int32)
+    for m in (n - 2, n + 1):
+        fb = _verify_fb(m, torch.tensor([1, 2]), seq_lens, torch.randint(500, 600, (bs * m,), dtype=torch.int64),
+                        None, 1)
+        with pytest.raises(ValueError, match=rf"has {m} draft tokens per request, but the CUDA-graph buffers "
+                                             rf"were made for {n}"):
+            b.init_forward_metadata_out_graph(fb)
+    fb = _verify_fb(n, torch.tensor([1, 2]), seq_lens, torch.randint(500, 600, (bs * n,), dtype=torch.int64), None, 1)
+    b.init_forward_metadata_out_graph(fb)
+    assert b.va_metadata.n == n
+
+
+def test_eager_page_table_sized_from_host_lengths():
+    """Eager target verify sizes its page table from seq_lens_sum, else from seq_lens_cpu
+    (the backend asks the scheduler for them: needs_cpu_seq_lens), and only without
+    either from bs x max_context_len."""
+    _sglang_or_skip()
+    from verify_attn_sglang.backend import VerifyAttnBackend
+
+    assert VerifyAttnBackend.needs_cpu_seq_lens is True
+    n, bs, pool, ctx = 4, 2, 4, 1000
+    b = _bare_backend(n, pool, torch.randint(0, 500, (pool, ctx), dtype=torch.int32), max_context_len=ctx)
+    seq_lens = torch.tensor([10, 3], dtype=torch.int32)
+    exact = 13 + bs * n + 1
+    for sum_, cpu, want in ((13, seq_lens.clone(), exact), (None, seq_lens.clone(), exact),
+                            (None, None, bs * ctx + bs * n + 1)):
+        fb = _verify_fb(n, torch.tensor([1, 2]), seq_lens, torch.randint(500, 600, (bs * n,), dtype=torch.int64),
+                        None, 1)
+        fb.seq_lens_sum, fb.seq_lens_cpu = sum_, cpu
+        b.init_forward_metadata(fb)
+        assert b.va_metadata.kv_indices.numel() == want
+        assert b.va_metadata.kv_indptr.tolist() == [0, 14, 21]
+
+
 def test_metadata_helpers_refuse_bad_sizes():
     n = 4
     seq_lens = torch.tensor([3, 9], dtype=torch.int32)

@@ -40,6 +40,12 @@ Target verify (``ForwardMode.TARGET_VERIFY``, EAGLE/EAGLE3/NGRAM/DFlash/...):
   fp16/bf16. A workspace a captured launch uses is kept for the life of the
   process (verify_attn.plan), whatever happens to the plan.
 
+SGLang settings the backend makes at construction (runtime settings, no file
+patched): NGRAM's mask layout (above, only when this backend runs target
+verify), ``VerifyAttnBackend`` on DFlash's list of backends that verify
+causally without a custom mask (:func:`register_dflash_mask_policy`), and
+``needs_cpu_seq_lens`` (the scheduler keeps host lengths for it).
+
 Configurations the kernel does not cover make the backend a plain Triton
 backend (with a warning at construction): sliding-window models, decode
 context parallelism, two-batch overlap, PD multiplexing, ragged target verify,
@@ -59,6 +65,7 @@ from sglang.srt.layers.attention.verify_mask import VerifyMask, tree_mask_numel
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from sglang.srt.speculative.eagle_utils import TreeMaskMode
 
+from . import BACKEND_NAME
 from . import metadata as md
 
 logger = logging.getLogger(__name__)
@@ -68,6 +75,8 @@ MHA_HEAD_DIMS = (64, 128, 256)
 MLA_DIMS = (576, 512)
 MAX_GQA_GROUP = 16
 MAX_MLA_HEADS = 128
+NOT_VERIFY_BACKEND = "not the target-verify backend"
+_DRAFT_NOTE_SAID = False
 
 
 @dataclass
@@ -166,6 +175,78 @@ def _kv_scales(layer):
     return None if k_unit and v_unit else (ks, vs)
 
 
+def _verify_side_reason(model_runner) -> Optional[str]:
+    """None when this backend is the one SGLang runs target verify on (or the
+    runner does not say), else why not.
+
+    With two backends (``--prefill-attention-backend`` / ``--decode-attention-backend``)
+    SGLang runs target verify on the decode one under
+    ``--speculative-attention-mode decode``, else on the prefill one
+    (``HybridAttnBackend._select_backend``). The runner stamps the pair before
+    it builds its backends (``ModelRunner.init_attention_backends``).
+    """
+    pre = getattr(model_runner, "prefill_attention_backend_str", None)
+    dec = getattr(model_runner, "decode_attention_backend_str", None)
+    if pre is None or dec is None or pre == dec:
+        return None
+    try:
+        from sglang.srt.runtime_context import get_spec  # noqa: PLC0415
+
+        mode = get_spec().speculative_attention_mode
+    except Exception:  # noqa: BLE001 - no published config (unit tests): SGLang's default
+        mode = "prefill"
+    side, name = ("decode", dec) if mode == "decode" else ("prefill", pre)
+    if name == BACKEND_NAME:
+        return None
+    return (f"{NOT_VERIFY_BACKEND}: SGLang runs target verify on the {side} backend {name!r} "
+            f"(--speculative-attention-mode {mode})")
+
+
+def register_dflash_mask_policy() -> None:
+    """Put ``VerifyAttnBackend`` on DFlash's list of backends that serve its
+    verify causally without a custom mask.
+
+    SGLang 0.5.23 decides by the class name of the backend that runs target
+    verify (``dflash_utils.resolve_dflash_verify_mask_policy``, its list
+    ``_DFLASH_VERIFY_SKIP_CUSTOM_MASK_BACKENDS``, which names
+    ``TritonAttnBackend``): a backend off the list gets the CUDA-graph runner's
+    custom-mask buffer at capture, an all-ones mask under which a block's
+    tokens see later ones. This backend (and the Triton code it inherits)
+    serves a verify with no custom mask causally, as Triton does. A runtime
+    setting of the module; no file is patched. Idempotent.
+    """
+    try:
+        from sglang.srt.speculative import dflash_utils  # noqa: PLC0415
+    except Exception:  # noqa: BLE001 - DFlash not importable: nothing to register
+        return
+    names = getattr(dflash_utils, "_DFLASH_VERIFY_SKIP_CUSTOM_MASK_BACKENDS", None)
+    if names is not None and VerifyAttnBackend.__name__ not in names:
+        dflash_utils._DFLASH_VERIFY_SKIP_CUSTOM_MASK_BACKENDS = frozenset(names) | {VerifyAttnBackend.__name__}
+
+
+def draft_backend_note() -> Optional[str]:
+    """What the draft model runs when ``--speculative-draft-attention-backend`` is
+    not given (None when it is, or without speculative decoding).
+
+    SGLang gives a draft worker the prefill backend's name; ``verify_attn`` is
+    not one of its draft backends (``DRAFT_ATTENTION_BACKEND_CHOICES``), so it
+    falls back to its platform default (``flashinfer`` on CUDA) with no word at
+    start-up (``draft_worker_common.resolve_draft_worker_attention_backend``).
+    """
+    try:
+        from sglang.srt.runtime_context import get_spec  # noqa: PLC0415
+
+        spec = get_spec()
+        algo, draft = spec.speculative_algorithm, spec.speculative_draft_attention_backend
+    except Exception:  # noqa: BLE001 - no published config
+        return None
+    if not algo or draft:
+        return None
+    return (f"the {algo} draft model does not run verify_attn (not one of SGLang's draft attention backends): "
+            "SGLang falls back to its default (flashinfer on CUDA); pass --speculative-draft-attention-backend "
+            "triton (or flashinfer, fa3) to choose it")
+
+
 def _import_verify_attn():
     import verify_attn  # noqa: PLC0415
 
@@ -175,8 +256,15 @@ def _import_verify_attn():
 class VerifyAttnBackend(TritonAttnBackend):
     """Triton backend with TARGET_VERIFY served by verify_attn's paged tree-verify kernel."""
 
+    # The scheduler keeps seq_lens_cpu / seq_lens_sum for this backend (with
+    # overlap scheduling, by an asynchronous copy on its side stream): eager
+    # target verify sizes the page table and bounds max_kv_len from them
+    # instead of from bs x max_context_len.
+    needs_cpu_seq_lens: bool = True
+
     def __init__(self, model_runner, skip_prefill: bool = False, kv_indptr_buf=None, **kwargs):
         super().__init__(model_runner, skip_prefill=skip_prefill, kv_indptr_buf=kv_indptr_buf, **kwargs)
+        register_dflash_mask_policy()
         self.va_reason = self._va_unsupported_reason(model_runner)
         self.va_enabled = self.va_reason is None
         self.va_metadata: Optional[VerifyMetadata] = None
@@ -189,9 +277,16 @@ class VerifyAttnBackend(TritonAttnBackend):
         # a kernel-choice hint for verify_attn (tree_attention_paged's kv_slot_runs).
         self._va_slot_runs = ps if ps > 1 and ps % 64 == 0 else 1
         if not self.va_enabled:
-            if self.va_reason != "no target verify":
+            if self.va_reason.startswith(NOT_VERIFY_BACKEND):
+                logger.info("verify_attn backend: %s; this one runs SGLang's Triton kernels", self.va_reason)
+            elif self.va_reason != "no target verify":
                 logger.warning("verify_attn backend: target verify runs SGLang's Triton kernels (%s)", self.va_reason)
             return
+        global _DRAFT_NOTE_SAID
+        note = None if _DRAFT_NOTE_SAID else draft_backend_note()
+        if note is not None:
+            _DRAFT_NOTE_SAID = True
+            logger.warning("verify_attn backend: %s", note)
         _import_verify_attn()  # fail at construction, not at the first verify, if the wheel is broken
         # The compact verify mask from the start (eager mode too): EAGLE's tree
         # builder writes QLEN_ONLY into it, so no FULL buffer is ever made.
@@ -206,6 +301,9 @@ class VerifyAttnBackend(TritonAttnBackend):
         n = self.num_draft_tokens
         if not n:
             return "no target verify"
+        side = _verify_side_reason(model_runner)
+        if side is not None:
+            return side
         if n > MAX_DRAFT_TOKENS:
             return f"{n} draft tokens > {MAX_DRAFT_TOKENS}"
         if self.dcp_size > 1:
@@ -287,6 +385,7 @@ class VerifyAttnBackend(TritonAttnBackend):
         cap = max_bs * (self.max_context_len + n) + 1  # +1: the pack's trash slot
         self._va_graph = dict(
             max_bs=max_bs,
+            n=n,
             qo_indptr=md.uniform_qo_indptr(max_bs, n, device=dev),
             kv_indptr=torch.zeros(max_bs + 1, dtype=torch.int32, device=dev),
             kv_len=torch.ones(max_bs, dtype=torch.int32, device=dev),
@@ -352,6 +451,12 @@ class VerifyAttnBackend(TritonAttnBackend):
         g = self._va_graph if graph else None
         if g is not None and bs > g["max_bs"]:
             g = None  # larger than captured: eager buffers
+        if g is not None and n != g["n"]:
+            # The buffers and the captured launches (grid, mask words) are made
+            # for g["n"] drafts per request; another count would be read wrongly.
+            raise ValueError(f"verify_attn backend: this target verify has {n} draft tokens per request, but the "
+                             f"CUDA-graph buffers were made for {g['n']} (--speculative-num-draft-tokens); "
+                             "run it eagerly (--disable-cuda-graph) or with --attention-backend triton")
         if g is not None:
             qo_indptr = g["qo_indptr"][: bs + 1]
             kv_indptr = md.verify_kv_indptr(seq_lens, n, out=g["kv_indptr"])
@@ -365,13 +470,15 @@ class VerifyAttnBackend(TritonAttnBackend):
             kv_indptr = md.verify_kv_indptr(seq_lens, n)
             kv_len = md.verify_kv_len(seq_lens, n)
             prefix_total = forward_batch.seq_lens_sum
-            if prefix_total is None:
+            cpu_lens = forward_batch.seq_lens_cpu
+            if prefix_total is None and cpu_lens is not None and cpu_lens.numel() >= bs:
+                prefix_total = int(cpu_lens[:bs].sum())
+            if prefix_total is None:  # no host lengths (needs_cpu_seq_lens asks the scheduler for them)
                 prefix_total = bs * self.max_context_len
             cap = int(prefix_total) + bs * n + 1
             idx64 = torch.zeros(cap, dtype=torch.int64, device=dev)
             idx32 = torch.empty(cap, dtype=torch.int32, device=dev)
             mask_out = pad_rows = None
-            cpu_lens = forward_batch.seq_lens_cpu
             if cpu_lens is not None and cpu_lens.numel() >= bs and bs > 0:
                 max_kv_len = int(cpu_lens[:bs].max()) + n
             else:
