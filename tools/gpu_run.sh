@@ -27,6 +27,10 @@ stage)
   rm -rf "$STAGE" && mkdir -p "$STAGE"
   cp bazel-bin/python/verify_attn-*-cp312-cp312-linux_x86_64.whl "$STAGE/"
   chmod u+w "$STAGE"/*.whl
+  # The bench's mma.sync ceiling (tools/bench/ceilings/mma_peak.cu, 1 MB):
+  # bench.py runs .gpu_stage/mma_peak when it is there.
+  bazel build //tools/bench/ceilings:mma_peak
+  cp bazel-bin/tools/bench/ceilings/mma_peak "$STAGE/mma_peak" && chmod u+wx "$STAGE/mma_peak"
   # Baseline kernels for the bench (SGLang's Triton kernels, downloaded by
   # package name, never committed): into .gpu_stage/baselines/.
   tools/bench/fetch_baselines.sh

@@ -67,12 +67,13 @@ flags.DEFINE_integer("kv_slot_runs_hint", None, "Tuning only: pass this kv_slot_
 flags.DEFINE_string("baselines_dir", None, "Staged SGLang kernels and FlashMLA wheel (tools/bench/fetch_baselines.sh); "
                     "default <repo>/.gpu_stage/baselines.")
 # Every name --baselines accepts (build_impls maps each to its adapters).
-KNOWN_BASELINES = ("sglang_extend", "sglang_chain", "flex", "flashinfer", "flashmla", "sglang_backend")
-flags.DEFINE_list("baselines", ["sglang_extend", "sglang_chain", "flex", "flashinfer", "flashmla"],
+KNOWN_BASELINES = ("sglang_extend", "sglang_chain", "flex", "flashinfer", "flashmla", "sdpa_flash", "sglang_backend")
+flags.DEFINE_list("baselines", ["sglang_extend", "sglang_chain", "flex", "flashinfer", "flashmla", "sdpa_flash"],
                   "Baselines to run: sglang_extend, sglang_chain, flex, flashinfer, flashmla (FlashMLA's "
                   "dense decode with causal=True: the causal chain of every MLA row, tree rows too; "
                   "'unavailable' unless its wheel is staged, VERIFY_ATTN_STAGE_FLASHMLA=1 "
-                  "tools/bench/fetch_baselines.sh, and the GPU is SM90), and (not by default: "
+                  "tools/bench/fetch_baselines.sh, and the GPU is SM90), sdpa_flash (torch's "
+                  "FlashAttention-2 on the dense unmasked problem of each GQA row, flat KV), and (not by default: "
                   "needs SGLang installed, see --sglang_site) sglang_backend = our SGLang plugin backend "
                   "and SGLang's TritonAttnBackend, forward_extend in target verify (eager).")
 flags.DEFINE_string("sglang_site", None, "Folder with SGLang installed (integration/sglang/run_gpu_bench.sh "
@@ -87,6 +88,12 @@ flags.DEFINE_list("compare_configs", [],
                   "columns '@<tag>': an A/B of kernel variants without run-to-run drift. The JSON records "
                   "the configuration each really ran (plan), which is the default one where the plan "
                   "refuses the forced tag for a shape.")
+flags.DEFINE_bool("sm120", False, "Also run our paged kernel planned as on sm_120 (the column ours_paged@sm120: "
+                  "shared memory capped at 101,376 bytes per block, the configurations an RTX PRO 6000 "
+                  "runs, on this card's SMs), with the mma.sync ceiling beside it.")
+flags.DEFINE_string("mma_peak_bin", None, "The mma.sync ceiling binary (tools/bench/ceilings:mma_peak); "
+                    "default <repo>/.gpu_stage/mma_peak when it exists. Its rate is reported as the mma.sync "
+                    "ceiling and every row's %mma.")
 flags.DEFINE_integer("num_splits", 0, "Tuning only: our kernels' split-K count forced to this (the API's "
                      "num_splits; 0 = the plan's choice), e.g. an A/B of two counts on one shape with "
                      "tools/dev/ab_bench.sh's AB_ARGS_B. The JSON's plan records the count that ran.")
@@ -234,20 +241,23 @@ def sglang_site():
 
 def build_impls(dry_run: bool, baselines_dir: str):
     from benchlib import ours
-    from benchlib.baselines import flashinfer, flashmla, flex, sglang_backend, sglang_triton, torch_ref
+    from benchlib.baselines import flashinfer, flashmla, flex, sdpa, sglang_backend, sglang_triton, torch_ref
 
     if dry_run:
         return [torch_ref.TorchReference()]
     ns = FLAGS.num_splits
     impls = [ours.OursPaged(num_splits=ns)] + [
-        ours.OursPaged(force_config=c, num_splits=ns) for c in FLAGS.compare_configs] + [
-        ours.OursFlat(num_splits=ns)]
+        ours.OursPaged(force_config=c, num_splits=ns) for c in FLAGS.compare_configs]
+    if FLAGS.sm120:
+        impls.append(ours.OursPaged(num_splits=ns, max_smem_bytes=ours.SM120_SMEM_BYTES, tag="sm120"))
+    impls.append(ours.OursFlat(num_splits=ns))
     known = {
         "sglang_extend": lambda: [sglang_triton.SGLangExtend(baselines_dir)],
         "sglang_chain": lambda: [sglang_triton.SGLangChain(baselines_dir)],
         "flex": lambda: [flex.Flex()],
         "flashinfer": lambda: [flashinfer.FlashInferPrefill()],
         "flashmla": lambda: [flashmla.FlashMLAChain(baselines_dir)],
+        "sdpa_flash": lambda: [sdpa.SdpaFlashDense()],
         "sglang_backend": lambda: sglang_backend.adapters(sglang_site()),
     }
     last = []
@@ -310,6 +320,11 @@ def main(argv):
         else:
             ceil = floor.nominal_ceilings()
             ceil.device = info.get("device", "?")
+        mma_bin = FLAGS.mma_peak_bin or os.path.join(repo_root(), ".gpu_stage", "mma_peak")
+        if FLAGS.mma_peak_bin or FLAGS.sm120 or os.path.isfile(mma_bin):
+            ceil.mma_sync_flop_per_s, why = floor.measure_mma_sync(mma_bin)
+            if why:
+                ceil.note = (ceil.note + "; " if ceil.note else "") + f"mma.sync ceiling not measured: {why}"
 
     baselines_dir = FLAGS.baselines_dir or os.path.join(repo_root(), ".gpu_stage", "baselines")
     impls = build_impls(FLAGS.dry_run, baselines_dir)
@@ -327,7 +342,10 @@ def main(argv):
         "card": info.get("device"),
         "ceilings": (f"copy {ceil.copy_bytes_per_s / 1e12:.2f} TB/s (read+write), "
                      f"bf16 matmul {ceil.matmul_flop_per_s / 1e12:.0f} TFLOP/s "
-                     f"({'measured in this run' if ceil.measured else ceil.note})"),
+                     f"({'measured in this run' if ceil.measured else ceil.note})"
+                     + (f", mma.sync {ceil.mma_sync_flop_per_s / 1e12:.0f} TFLOP/s (register-only m16n8k16, "
+                        f"measured in this run)" if ceil.mma_sync_flop_per_s else "")
+                     + (f"; {ceil.note}" if ceil.measured and ceil.note else "")),
         "grid": f"{grid_name}, {len(selected)} shapes, page_size {FLAGS.page_size}"
                 + (f" (slots in runs of {FLAGS.slot_runs})" if FLAGS.slot_runs > 1 else "") + ", dtype bf16",
         "baselines dir": baselines_dir,

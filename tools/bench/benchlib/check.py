@@ -51,12 +51,25 @@ def choose_requests(case) -> List[int]:
     return picks
 
 
-def reference(case, inputs, compute_dtype=torch.float64, causal: bool = False) -> Reference:
+def _all_visible(n: int, words: int, device) -> torch.Tensor:
+    """Compact mask rows under which each of ``n`` drafts sees all ``n`` (no masking)."""
+    bits = torch.zeros(n, words, dtype=torch.int32, device=device)
+    for w in range(words):
+        c = min(32, n - 32 * w)
+        if c > 0:
+            bits[:, w] = -1 if c == 32 else (1 << c) - 1
+    return bits
+
+
+def reference(case, inputs, compute_dtype=torch.float64, causal: bool = False,
+              dense: bool = False) -> Reference:
     """float64 reference outputs of the chosen requests (on the case's device).
 
     ``causal=True``: the reference of the causal CHAIN of the same shape (draft ``t``
     sees the prefix and drafts ``0..t``), whatever the case's tree: the check of a
     chain-only implementation run on a tree row (FlashMLA, ``computes = "chain"``).
+    ``dense=True``: the unmasked problem of the same shape (every draft sees every
+    row): the check of a dense attention kernel (``computes = "dense"``).
     """
     reqs = choose_requests(case)
     s = case.shape
@@ -67,7 +80,10 @@ def reference(case, inputs, compute_dtype=torch.float64, causal: bool = False) -
         q = inputs.q[qo[i]:qo[i + 1]]
         k = inputs.k_flat[kvp[i]:kvp[i + 1]]
         v = None if inputs.v_flat is None else inputs.v_flat[kvp[i]:kvp[i + 1]]
-        tm = None if causal else case.tree_mask[qo[i]:qo[i + 1]]
+        if dense:
+            tm = _all_visible(q.shape[0], case.tree_mask.shape[1], q.device)
+        else:
+            tm = None if causal else case.tree_mask[qo[i]:qo[i + 1]]
         one_q = torch.tensor([0, q.shape[0]], dtype=torch.int32, device=q.device)
         one_kv = torch.tensor([0, k.shape[0]], dtype=torch.int32, device=q.device)
         o, _ = reference_attention_flat(

@@ -13,7 +13,11 @@ Ceilings, measured in the same run on the same device:
 
 - bandwidth: a large device-to-device copy, counted as bytes read + bytes
   written per second (DESIGN.md §2's 4.27 TB/s on the H200);
-- compute: a large dense bf16 matrix product (§2's 686 TFLOP/s).
+- compute: a large dense bf16 matrix product (§2's 686 TFLOP/s);
+- mma.sync (optional): register-only ``mma.sync.m16n8k16`` bf16 -> fp32, the
+  most a kernel built from mma.sync alone reaches (the portable kernels, all
+  sm_120 has): :func:`measure_mma_sync` runs ``tools/bench/ceilings/mma_peak``;
+  ``frac_mma = (flops / t) / mma rate``.
 
 For a measured time ``t``: ``TFLOP/s = flops / t``, ``KV GB/s = kv_bytes / t``,
 ``frac_compute = (flops / t) / peak``, ``frac_bw = (kv_bytes / t) / bw``, and
@@ -38,6 +42,9 @@ class Ceilings:
     device: str
     measured: bool
     note: str = ""
+    # register-only mma.sync.m16n8k16 bf16 rate (tools/bench/ceilings/mma_peak.cu):
+    # the ceiling of the mma.sync kernels (sm_120's only tensor-core path); None: not measured
+    mma_sync_flop_per_s: Optional[float] = None
 
     def as_dict(self):
         return dataclasses.asdict(self)
@@ -97,6 +104,7 @@ def metrics(shape, seconds: Optional[float], ceil: Ceilings) -> dict:
         "frac_bw": (b / seconds) / ceil.copy_bytes_per_s,
         "frac_floor": fl / seconds,
         "floor_us": fl * 1e6,
+        "frac_mma": (f / seconds) / ceil.mma_sync_flop_per_s if ceil.mma_sync_flop_per_s else None,
     }
 
 
@@ -146,3 +154,26 @@ def measure_ceilings(device=None, copy_bytes: int = 2 << 30, mm_n: int = 8192,
     return Ceilings(copy_rate, mm_rate, device=name, measured=True,
                     note=f"copy of {nbytes / 2**30:.2f} GiB (read+write), bf16 matmul {mm_n}^3, "
                          f"median of {iters}, {time.strftime('%Y-%m-%d %H:%M:%S')}")
+
+
+def measure_mma_sync(binary: str, timeout_s: float = 120.0):
+    """Run the mma.sync ceiling binary (``tools/bench/ceilings:mma_peak``): ``(flop_per_s, None)``
+    or ``(None, reason)``; never raises."""
+    import json
+    import os
+    import subprocess
+
+    if not binary or not os.path.isfile(binary):
+        return None, f"no mma.sync ceiling binary at {binary!r} (tools/gpu_run.sh stage builds .gpu_stage/mma_peak)"
+    try:
+        r = subprocess.run([binary], capture_output=True, text=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, f"{binary}: {type(e).__name__}: {e}"
+    if r.returncode != 0:
+        tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
+        return None, f"{binary} exited {r.returncode}: {tail[0]}"
+    try:
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        return float(out["mma_sync_tflops"]) * 1e12, None
+    except (ValueError, KeyError, IndexError) as e:
+        return None, f"{binary}: unreadable output ({type(e).__name__})"

@@ -13,6 +13,10 @@ product configuration: the speedups are quoted for it.
 
 from .baselines import Impl
 
+# Shared memory per block on sm_120 (RTX PRO 6000 Blackwell): the cap under which
+# the plan picks sm_120's configurations (bench --sm120).
+SM120_SMEM_BYTES = 101376
+
 
 def _splits_kw(num_splits):
     """The API's num_splits argument for a forced split-K count; none for 0 (the plan's)."""
@@ -57,26 +61,32 @@ class OursPaged(Impl):
     ``ours_paged@<tag>``: an A/B of two kernel variants in one process, without
     the run-to-run drift of separate runs; a variant is also checked against the
     default configuration's output. ``num_splits``: the plan's forced split-K
-    count (0: the plan's choice)."""
+    count (0: the plan's choice). ``max_smem_bytes`` (with ``tag``, e.g.
+    ``sm120`` and 101376): the plan made as for a card with that much shared
+    memory per block, i.e. the configuration sm_120 runs, on this card."""
 
     name = "ours_paged"
     label = "verify_attn paged"
     competitor = False
     check_vs_ours = False
 
-    def __init__(self, force_config=None, num_splits=0):
+    def __init__(self, force_config=None, num_splits=0, max_smem_bytes=0, tag=None):
         self.force_config = force_config
         self.num_splits = num_splits
-        if force_config:
-            self.name = f"ours_paged@{force_config}"
-            self.label = f"verify_attn paged @{force_config}"
+        self.max_smem_bytes = max_smem_bytes
+        tag = tag or force_config
+        if tag:
+            self.name = f"ours_paged@{tag}"
+            self.label = f"verify_attn paged @{tag}"
             self.check_vs_ours = True
 
     def tuning(self):
         """The :class:`verify_attn.Tuning` of this column (None: the plan's rules)."""
         import verify_attn as va
 
-        return va.Tuning(config=self.force_config) if self.force_config else None
+        if not self.force_config and not self.max_smem_bytes:
+            return None
+        return va.Tuning(config=self.force_config or "", max_smem_bytes=self.max_smem_bytes)
 
     def _plan(self, case, inputs):
         import verify_attn as va

@@ -38,13 +38,14 @@ COLUMNS = [
     ("flex", "Flex"),
     ("flashinfer", "FlashInfer"),
     ("flashmla", "FlashMLA chain us"),
+    ("sdpa_flash", "FA2 dense us"),
     ("sglang_backend_ours", "SGL-be ours"),
     ("sglang_backend_triton", "SGL-be Triton"),
     ("torch_ref", "torch ref"),
 ]
 _BASIS_SHORT = {"ours_flat": "flat", "torch_ref": "torch ref"}
 BASELINES = [("sglang_extend", "xSGL-ext"), ("sglang_chain", "xSGL-chain"), ("flex", "xFlex"),
-             ("flashinfer", "xFI"), ("flashmla", "tree/FMLA-chain")]
+             ("flashinfer", "xFI"), ("flashmla", "tree/FMLA-chain"), ("sdpa_flash", "xFA2-dense")]
 FLASHMLA_NOTE = ("tree/FMLA-chain = FlashMLA's time (sgl-flash-mla dense bf16 decode, causal=True, page "
                  "block 64) on the causal CHAIN of the row's shape (same batch, heads, q_len, prefix: FlashMLA "
                  "takes no tree mask) / our time on the row itself (its tree on tree rows, its chain on chain "
@@ -71,6 +72,9 @@ CONVENTIONS = {
     "tree/FMLA-chain": "FlashMLA dense decode (causal=True) median on the causal chain of the row's shape / "
                        "this project's median on the row itself (tree rows: our tree), same timing mode; "
                        "speedup['flashmla'] in the JSON, with baseline_computes set on tree rows",
+    "xFA2-dense": "torch SDPA FLASH backend (FlashAttention-2) median on the dense, unmasked problem of the "
+                  "row's shape over a flat KV / this project's median on the row (tree, paged), same timing mode",
+    "frac_mma": "achieved FLOP/s / measured register-only mma.sync.m16n8k16 bf16 FLOP/s (bench --sm120 table)",
     "err": "max over checked requests of ||out-ref||_F/||ref||_F vs the float64 reference; "
            "'ref[k/B]+ours': k of B requests referenced, baselines also compared with our output",
 }
@@ -287,6 +291,43 @@ def floor_table(rows: List[dict]):
     return headers, body
 
 
+SM120 = "ours_paged@sm120"
+
+
+def _best(r: Optional[dict]):
+    """(best_us, best_mode, metrics) of an implementation that ran, else None."""
+    if not r or r.get("status") not in ("ok", "wrong") or r.get("best_us") is None:
+        return None
+    return r["best_us"], r.get("best_mode") or "?", r.get("metrics") or {}
+
+
+def portable_table(rows: List[dict]):
+    """The sm_120 configuration (bench --sm120) against the mma.sync ceiling and
+    FlashAttention-2's dense time: one line per row that ran the column."""
+    headers = ["shape", "bound", "ours us", "ours %mma", "sm120 config", "sm120 us", "sm120 TFLOP/s",
+               "sm120 %mma", "sm120 %floor", "FA2 dense us", "xFA2 ours", "xFA2 sm120"]
+    body = []
+    for row in rows:
+        impls = row.get("impls") or {}
+        if SM120 not in impls:
+            continue
+        ours, sm, fa = _best(impls.get("ours_paged")), _best(impls.get(SM120)), _best(impls.get("sdpa_flash"))
+        cfg = impls[SM120].get("plan") if isinstance(impls[SM120].get("plan"), str) else "--"
+
+        def us(b):
+            return "--" if b is None else _fmt_us(b[0]) + b[1][0]
+
+        def x(b):
+            return _fmt_x(fa[0] / b[0]) if fa and b else "--"
+
+        sm_cell = us(sm) if sm else _status_cell(impls.get(SM120))
+        body.append([row["shape"], row.get("bound", "--"), us(ours), _fmt_pct(ours[2].get("frac_mma")) if ours else "--",
+                     cfg, sm_cell, f"{sm[2]['tflops']:.1f}" if sm and sm[2] else "--",
+                     _fmt_pct(sm[2].get("frac_mma")) if sm else "--", _fmt_pct(sm[2].get("frac_floor")) if sm else "--",
+                     us(fa) if fa else _status_cell(impls.get("sdpa_flash")), x(ours), x(sm)])
+    return headers, body
+
+
 def notes(rows: List[dict]) -> List[str]:
     out, seen_unavail = [], set()
     for row in rows:
@@ -328,6 +369,13 @@ def render(rows: List[dict], header: Dict[str, str]) -> str:
                          "(target verify, eager); overhead = our plugin backend's forward_extend / our bare "
                          "paged kernel (eager)")
         lines.append("")
+    h, b = portable_table(rows)
+    if b:
+        lines.append("The sm_120 configuration on this card (ours_paged@sm120: planned under 101,376 bytes of "
+                     "shared memory per block) against the mma.sync ceiling and torch's FlashAttention-2 on "
+                     "the dense unmasked problem (xFA2 = FA2's time / ours; %mma = FLOP/s / mma.sync ceiling)")
+        lines.append(tabulate(b, headers=h, tablefmt="github", disable_numparse=True))
+        lines.append("")
     for row in rows:
         if row.get("reference_error"):
             lines.append(f"{row['shape']}: float64 reference failed ({row['reference_error']}); "
@@ -335,6 +383,9 @@ def render(rows: List[dict], header: Dict[str, str]) -> str:
         if row.get("chain_reference_error"):
             lines.append(f"{row['shape']}: float64 reference of its chain failed "
                          f"({row['chain_reference_error']}); FlashMLA's output unchecked")
+        if row.get("dense_reference_error"):
+            lines.append(f"{row['shape']}: float64 reference of the unmasked problem failed "
+                         f"({row['dense_reference_error']}); the dense baseline's output unchecked")
     ns = notes(rows)
     if ns:
         lines.append("Notes:")

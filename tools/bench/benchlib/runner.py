@@ -10,8 +10,10 @@ For each shape, in one process and one run:
    with its output): prepare, run once, check the output, then time it eagerly
    and as a CUDA-graph replay; an implementation that computes the causal
    CHAIN of the shape whatever its tree (``computes = "chain"``: FlashMLA) is
-   checked on a tree row against the float64 reference of that chain (built
-   once per row when needed), not against the tree reference nor our output;
+   checked on a tree row against the float64 reference of that chain, and a
+   dense kernel (``computes = "dense"``: torch's FlashAttention-2) against the
+   reference of the unmasked problem (each built once per row when needed), not
+   against the tree reference nor our output;
 4. with ``rounds`` > 1, every implementation that ran is timed again, round
    after round, in reversed order every other round (:func:`retime_rounds`), and
    each mode keeps the median over rounds: the H200's clock drifts with power
@@ -90,6 +92,17 @@ def computes_chain_of_tree(impl: Impl, shape) -> bool:
     return getattr(impl, "computes", "tree") == "chain" and not shape.is_chain
 
 
+def other_problem(impl: Impl, shape) -> Optional[str]:
+    """The problem ``impl`` computes when it is not the row's own: ``"chain"`` (the causal
+    chain of a tree row's shape, FlashMLA) or ``"dense"`` (the unmasked problem of the
+    shape, a dense attention kernel); None when it computes the row itself."""
+    if computes_chain_of_tree(impl, shape):
+        return "chain"
+    if getattr(impl, "computes", "tree") == "dense":
+        return "dense"
+    return None
+
+
 def _timing_kwargs(opts: Options) -> dict:
     """The keyword arguments of timing.time_eager / time_graph from the options."""
     return dict(warmup=opts.warmup, target_ms=opts.target_ms, min_iters=opts.min_iters,
@@ -103,8 +116,8 @@ def run_impl(impl: Impl, case, sets, ref, ours_out, opts: Options, device) -> di
     if why:
         res.update(status="n/a", reason=why)
         return res
-    if getattr(impl, "computes", "tree") == "chain":
-        res["computes"] = "chain"
+    if getattr(impl, "computes", "tree") in ("chain", "dense"):
+        res["computes"] = impl.computes
     try:
         fns = [impl.prepare(case, s) for s in sets]
         out = fns[0]()
@@ -235,6 +248,9 @@ def summarize(row: dict, shape, ceil: floor.Ceilings) -> None:
             if r.get("computes") == "chain" and not shape.is_chain:
                 # FlashMLA: its time on the causal chain of this shape / ours on the tree
                 speed[name]["baseline_computes"] = "causal chain of the same shape"
+            elif r.get("computes") == "dense":
+                # a dense kernel: its time on the unmasked problem of this shape / ours
+                speed[name]["baseline_computes"] = "unmasked problem of the same shape (flat KV)"
     row["speedup"] = speed
 
 
@@ -281,7 +297,7 @@ def run_shape(shape, impls: Sequence[Impl], opts: Options, ceil: floor.Ceilings,
         _empty_cache(device)
     row["check"] = ref.label
     ours_out = None
-    chain_ref = None
+    other_refs = {}  # "chain" / "dense" -> the reference of that problem (built when needed)
     for impl in impls:
         name = impl.name
         if name in unavailable:
@@ -301,18 +317,21 @@ def run_shape(shape, impls: Sequence[Impl], opts: Options, ceil: floor.Ceilings,
             row["impls"][name] = {"label": impl.label, "status": "skipped",
                                   "reason": "not compiled for this shape (--flex=auto compiles shapes tagged 'flex')"}
             continue
-        if computes_chain_of_tree(impl, shape) and impl.applies(case) is None:
-            # a chain-only kernel on a tree row: the reference of the chain of this shape
-            if chain_ref is None:
+        kind = other_problem(impl, shape)
+        if kind is not None and impl.applies(case) is None:
+            # a kernel of another problem (FlashMLA's chain on a tree row, a dense
+            # kernel): checked against the reference of that problem
+            if kind not in other_refs:
                 try:
-                    chain_ref = check.reference(case, sets[0], causal=True)
+                    other_refs[kind] = check.reference(case, sets[0], causal=kind == "chain",
+                                                       dense=kind == "dense")
                 except Exception as e:  # noqa: BLE001
-                    chain_ref = check.Reference([], {}, "none")
-                    row["chain_reference_error"] = short_reason(e)
+                    other_refs[kind] = check.Reference([], {}, "none")
+                    row[f"{kind}_reference_error"] = short_reason(e)
                     _empty_cache(device)
-                row["check_chain"] = "chain " + chain_ref.label
-            res = run_impl(impl, case, sets, chain_ref, None, opts, device)
-            res["check"] = "chain " + chain_ref.label
+                row[f"check_{kind}"] = f"{kind} " + other_refs[kind].label
+            res = run_impl(impl, case, sets, other_refs[kind], None, opts, device)
+            res["check"] = f"{kind} " + other_refs[kind].label
         else:
             res = run_impl(impl, case, sets, ref, ours_out, opts, device)
         res["competitor"] = impl.competitor
@@ -339,7 +358,7 @@ def run_shape(shape, impls: Sequence[Impl], opts: Options, ceil: floor.Ceilings,
     if opts.rounds > 1:
         retime_rounds(row, impls, case, sets, opts, device)
     summarize(row, shape, ceil)
-    del sets, case, ours_out, chain_ref
+    del sets, case, ours_out, other_refs
     _empty_cache(device)
     row["seconds"] = time.time() - t0
     return row

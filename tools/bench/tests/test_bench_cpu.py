@@ -888,6 +888,88 @@ def test_flashmla_chain_through_runner_and_report(monkeypatch):
     assert report.FLASHMLA_NOTE in text and "tree/FMLA-chain" in report.CONVENTIONS
 
 
+def test_dense_baseline_through_runner_and_report():
+    """The dense FlashAttention-2 baseline (its MATH backend on the CPU): on a GQA row it is
+    checked against the reference of the unmasked problem, not the tree's; n/a on MLA rows;
+    its columns and speedup rendered."""
+    from torch.nn.attention import SDPBackend
+
+    from benchlib.baselines import sdpa, torch_ref
+
+    impl = sdpa.SdpaFlashDense(backends=[SDPBackend.MATH])
+    gqa = shapes.Shape("gqa", 3, 8, 2, 64, 64, 6, 50, "ddtree")
+    mla = shapes.dry_grid()[0]
+    opts = runner.Options(device="cpu", graph=False, rotate=False, warmup=1, target_ms=1.0, min_iters=1,
+                          max_iters=2)
+    rows = runner.run_all([gqa, mla], [torch_ref.TorchReference(), impl], opts, floor.nominal_ceilings())
+    rg, rm = rows
+    fg, fm = rg["impls"]["sdpa_flash"], rm["impls"]["sdpa_flash"]
+    assert fg["status"] == "ok" and fg["computes"] == "dense" and fg["check"] == "dense ref", fg
+    assert fg["err_ref"] < 1e-2 and fg["err_vs_ours"] is None and rg["check_dense"] == "dense ref"
+    assert rg["speedup"]["sdpa_flash"]["baseline_computes"].startswith("unmasked problem")
+    assert fm["status"] == "n/a" and "head dims 576/512" in fm["reason"]
+    case = inputs.build_case(gqa, "cpu", seed=0)
+    s = inputs.make_inputs(case)
+    out = impl.prepare(case, s)()
+    assert tuple(out.shape) == (case.total_q, 8, 64)
+    assert check.err_vs_reference(out, case, check.reference(case, s, dense=True)) < 1e-2
+    assert check.err_vs_reference(out, case, check.reference(case, s)) > 5e-2  # the tree differs
+    fh, fb = report.floor_table(rows)
+    k = fh.index("xFA2-dense")
+    want = fg["eager"]["median_us"] / rg["impls"]["torch_ref"]["eager"]["median_us"]
+    assert fb[0][k] == report._fmt_x(want) and fb[1][k] == "n/a"
+    th, _ = report.time_table(rows)
+    assert "FA2 dense us" in th
+    ragged = shapes.Shape("gqa", 2, 8, 2, 64, 64, 6, 50, "ddtree", q_lens=(6, 3), prefix_lens=(50, 50))
+    assert "ragged" in impl.applies(inputs.build_case(ragged, "cpu", seed=0))
+
+
+def test_sm120_column_mma_ceiling_and_portable_table(tmp_path):
+    """bench --sm120: our paged kernel planned under sm_120's shared memory (Tuning
+    max_smem_bytes=101376) as the column ours_paged@sm120; the mma.sync ceiling read from
+    its binary; %mma and the portable table."""
+    import verify_attn
+
+    from benchlib import ours
+
+    v = ours.OursPaged(max_smem_bytes=ours.SM120_SMEM_BYTES, tag="sm120")
+    assert v.name == "ours_paged@sm120" and v.check_vs_ours
+    assert v.tuning() == verify_attn.Tuning(max_smem_bytes=101376)
+    # the ceiling binary: missing, failing, and one printing the line mma_peak prints
+    rate, why = floor.measure_mma_sync(str(tmp_path / "nope"))
+    assert rate is None and "no mma.sync ceiling binary" in why
+    bad = tmp_path / "bad"
+    bad.write_text("#!/bin/sh\necho 'mma_peak: no device' >&2\nexit 1\n")
+    bad.chmod(0o755)
+    rate, why = floor.measure_mma_sync(str(bad))
+    assert rate is None and "exited 1: mma_peak: no device" in why
+    good = tmp_path / "good"
+    good.write_text("#!/bin/sh\necho '{\"device\": \"x\", \"sms\": 132, \"iters\": 4096, "
+                    "\"mma_sync_tflops\": 630.5, \"configs\": {\"w8_b2\": 630.5}}'\n")
+    good.chmod(0o755)
+    rate, why = floor.measure_mma_sync(str(good))
+    assert why is None and rate == pytest.approx(630.5e12)
+    ceil = floor.nominal_ceilings()
+    shape = shapes.mla(1, 16, 64, 32 * K)
+    assert floor.metrics(shape, 1e-3, ceil)["frac_mma"] is None
+    ceil.mma_sync_flop_per_s = rate
+    m = floor.metrics(shape, 1e-3, ceil)
+    assert m["frac_mma"] == pytest.approx(floor.flops(shape) / 1e-3 / rate)
+    # the portable table from a row with the three columns
+    row = _fake_row(shape, 150.0, 160.0, 4000.0, 4100.0)
+    row["impls"]["ours_paged@sm120"] = {
+        "label": "verify_attn paged @sm120", "status": "ok", "competitor": False, "err_ref": 2e-3,
+        "eager": _timing(900.0, "eager"), "graph": _timing(866.0, "graph"), "plan": "mma_sync_bf16_mla_m32n32_s1"}
+    runner.summarize(row, shape, ceil)
+    h, b = report.portable_table([row])
+    cells = dict(zip(h, b[0]))
+    assert cells["sm120 config"] == "mma_sync_bf16_mla_m32n32_s1" and cells["sm120 us"] == "866g"
+    assert cells["sm120 %mma"] == report._fmt_pct(floor.flops(shape) / 866e-6 / rate)
+    assert cells["FA2 dense us"] == "--" and cells["xFA2 sm120"] == "--"
+    assert report.portable_table([_fake_row(shape, 1.0, 2.0, 3.0, 4.0)])[1] == []
+    assert "mma.sync ceiling" in report.render([row], {"card": "cpu"})
+
+
 def test_flashmla_unavailable_cells(tmp_path, monkeypatch):
     from benchlib.baselines import flashmla, torch_ref
 
@@ -1018,7 +1100,7 @@ def test_bench_baselines_flag_flashmla(tmp_path):
     (["--min_iters=0"], "--min_iters: must be >= 1"),
     (["--min_iters=50", "--max_iters=10"], "--min_iters: must be <= --max_iters"),
     (["--baselines=flex,nope"], "--baselines: unknown 'nope'; expected some of sglang_extend, sglang_chain, "
-                                "flex, flashinfer, flashmla, sglang_backend"),
+                                "flex, flashinfer, flashmla, sdpa_flash, sglang_backend"),
     (["--page_size=0"], "--page_size: must be >= 1"),
     (["--kv_slot_runs_hint=-1"], "--kv_slot_runs_hint: must be >= 0"),
     (["--page_size=64", "--kv_slot_runs_hint=64"], "--kv_slot_runs_hint: must be >= 0 (0 or 1: no hint), and <= 1"),
