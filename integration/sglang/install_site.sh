@@ -3,7 +3,12 @@
 # files and the staged wheels from .gpu_stage/ (--no-index --no-deps, into
 # $SITE; nothing of the image is changed). Skipped when $SITE already holds
 # this very stage (same files and sizes), so running both scripts installs once.
-# Needs: ROOT, PY, SITE, LOG; sets STAGE. $1: the caller's name for messages.
+# Needs: ROOT; sets PY (python3 unless $PYTHON), SITE (/tmp/va_sglang_site), LOG ($OUT,
+# else /tmp; created) and STAGE. $1: the caller's name for messages.
+PY="${PYTHON:-python3}"
+SITE=/tmp/va_sglang_site
+LOG="${OUT:-/tmp}"
+mkdir -p "$LOG"
 STAGE="$ROOT/.gpu_stage"
 for need in "$STAGE/sglang/sglang.zip" "$STAGE/sglang/wheels"; do
   [[ -e "$need" ]] || { echo "$1: missing $need (run integration/sglang/stage.sh here, carry .gpu_stage)" >&2; exit 2; }

@@ -17,10 +17,6 @@
 # (else /tmp): bench_sglang_backend.json/.png/.log.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-PY="${PYTHON:-python3}"
-SITE=/tmp/va_sglang_site
-LOG="${OUT:-/tmp}"
-mkdir -p "$LOG"
 source "$ROOT/integration/sglang/install_site.sh" run_gpu_bench
 # The site first (verify_attn wheel, SGLang, transformers 5, ...); the bench appends
 # integration/sglang and the sgl_kernel stand-in (tests/stubs) itself.

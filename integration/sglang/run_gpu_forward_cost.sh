@@ -9,10 +9,6 @@
 #   bash integration/sglang/run_gpu_forward_cost.sh [tool flags...]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-PY="${PYTHON:-python3}"
-SITE=/tmp/va_sglang_site
-LOG="${OUT:-/tmp}"
-mkdir -p "$LOG"
 source "$ROOT/integration/sglang/install_site.sh" run_gpu_forward_cost
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 export VERIFY_ATTN_SGLANG_SITE="$SITE" SGLANG_PLUGINS=verify_attn PYTHONUNBUFFERED=1

@@ -11,9 +11,6 @@
 # integration/sglang/tests/test_backend_gpu.py. Logs to $OUT when set.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-PY="${PYTHON:-python3}"
-SITE=/tmp/va_sglang_site
-LOG="${OUT:-/tmp}"
 source "$ROOT/integration/sglang/install_site.sh" run_gpu_tests
 S="$ROOT/integration/sglang/tests/stubs"
 export PYTHONPATH="$SITE:$ROOT/integration/sglang${PYTHONPATH:+:$PYTHONPATH}"
