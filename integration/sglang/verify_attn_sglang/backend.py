@@ -591,8 +591,6 @@ class VerifyAttnBackend(TritonAttnBackend):
         pool = self.token_to_kv_pool
         k_cache = pool.get_key_buffer(layer.layer_id)
         v_cache = None if self.use_mla else pool.get_value_buffer(layer.layer_id)
-        plan = m.plans.get(key) if m.plans is not None else None
-        if plan is None:
-            plan = self._va_plan_for(m, key)
+        plan = self._va_plan_for(m, key)
         plan.run(q.view(-1, H, d_qk), k_cache, v_cache, out=o.view(-1, H, d_vo))
         return o

@@ -9,6 +9,9 @@ paged cache, so ``xFA2-dense`` above 1x means our tree verify beats FA2 on an
 easier problem of the same size. Checked against the float64 reference of the
 unmasked problem (``computes = "dense"``), never against our output.
 
+The timed call returns FA2's output as ``[total_q, H, D]``: a view of torch's
+FLASH output (stored token-major), a copy if torch ever stored it otherwise.
+
 Rows it does not serve: MLA (576/512 head dims: FlashAttention-2 takes equal
 head dims up to 256), ragged batches (one q_len and one prefix for every request).
 """
