@@ -27,9 +27,10 @@ SPEC = {"eagle": (EAGLE_TREE, 1), "ngram": (NGRAM_TREE, 1),
         "eaglechain": (EAGLE_CHAIN, 64), "ngramchain": (NGRAM_CHAIN, 64)}
 
 # Every Engine: tiny, greedy, token ids in and out, small KV pool and graph batch.
-# A fixed small KV pool (--max-total-tokens) so that Engines sharing the GPU size alike.
+# A fixed small KV pool (--max-total-tokens) so that Engines sharing the GPU size alike;
+# PyTorch sampling (FlashInfer's does not travel; greedy is an argmax either way).
 COMMON = ("--skip-tokenizer-init", "--dtype", "bfloat16", "--mem-fraction-static", "0.1",
-          "--max-total-tokens", "8192", "--context-length", "1024",
+          "--max-total-tokens", "8192", "--context-length", "1024", "--sampling-backend", "pytorch",
           "--max-running-requests", "8", "--cuda-graph-max-bs-decode", "8",
           "--disable-prefill-cuda-graph", "--random-seed", "0", "--log-level", "warning")
 

@@ -46,7 +46,7 @@ def test_modes_pass_sglang_argument_checks(name, tmp_path):
     verify_attn_sglang.register()
     m = modes.MODES[name]
     sa = prepare_server_args(m.server_argv(str(tmp_path), 30000))
-    assert sa.attention_backend == m.backend
+    assert sa.attention_backend == m.backend and sa.sampling_backend == "pytorch"
     assert sa.disable_cuda_graph == (not m.cuda_graph)
     if m.spec is None:
         assert sa.speculative_algorithm is None
