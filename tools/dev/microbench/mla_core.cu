@@ -1,0 +1,337 @@
+// The compute core of candidate sm_120 MLA kernels, without the loads: what
+// fraction of the mma.sync ceiling (tools/bench/ceilings/mma_peak.cu) each
+// warp organization reaches when its KV tiles already sit in shared memory.
+// A design step of issue 40 (docs/design_portable.md, "The budget of one
+// sm_120 CTA for MLA"): it decides between one CTA per row tile and the
+// cluster split before either kernel is written.
+//
+// One CTA per SM (the dynamic shared memory is sized so that a second cannot
+// fit, as on sm_120), two KV-tile buffers of N = 32 rows whose contents stay
+// put, and two roles in named-barrier producer / consumer order:
+//   S warps: Q fragments in registers for the whole loop, S = Q K^T over the
+//     warp's dims (K fragments by ldmatrix), with the dims split between two
+//     warps when `pairs` = 2 (the partial scores then cross through shared
+//     memory, as they would cross through distributed shared memory between
+//     the two CTAs of a cluster), online softmax, P (bf16) and the rows'
+//     rescale factors into shared memory;
+//   O warps: O += P V for their rows x value columns, P by ldmatrix from shared
+//     memory, V by ldmatrix.trans from the same K tile; O stays in registers.
+// Configurations (FLOPs counted: the CTA's rows x 32 KV rows x (its Q K^T
+// dims + its value columns) x 2 per tile):
+//   m32_full   32 rows, 2 S warps x 16 rows x 576 dims, 4 O warps x 32 rows x 128 cols
+//   m32_pair   32 rows, 4 S warps (2 row groups x 2 dim halves), 4 O warps x 32 x 128
+//   m64_half   one CTA of a 2-CTA cluster splitting the dims: 64 rows, 288 dims, 256 value
+//              columns; 2 S warps x 32 rows x 288 dims, 4 O warps x 64 rows x 64 cols; the
+//              partial scores written and read back through local shared memory (the
+//              traffic of the exchange, not the latency of distributed shared memory)
+//   m64_half4  the same with 4 S warps x 16 rows x 288 dims
+//
+//   mla_core [tiles per CTA] [launches]   prints one JSON line per configuration
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "kernels/core/mma.cuh"
+
+namespace {
+
+using verify_attn::ldmatrix_x4;
+using verify_attn::ldmatrix_x4_trans;
+using verify_attn::mma_m16n8k16;
+using bf16 = __nv_bfloat16;
+
+constexpr int kN = 32;  // KV rows per tile
+
+__device__ __forceinline__ void bar_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// M rows, DQK dims of Q K^T, DV value columns (all this CTA's); S warps of QR
+// rows x QD dims (pairs = DQK / QD warps share rows); O warps of PR rows x PC cols.
+template <int M, int DQK, int DV, int QR, int QD, int PR, int PC, bool XCH>
+struct Cfg {
+  static constexpr bool kExchange = XCH;
+  static constexpr int kPairs = DQK / QD;
+  static constexpr int kSWarps = (M / QR) * kPairs;
+  static constexpr int kOWarps = (M / PR) * (DV / PC);
+  static constexpr int kThreads = (kSWarps + kOWarps) * 32;
+  static constexpr int kKStride = DQK + 8;  // bf16 per K row: 16 B of padding keeps ldmatrix conflict-free
+  static constexpr int kPStride = kN + 8;
+  static constexpr int kKBytes = kN * kKStride * 2;
+  static constexpr int kPBytes = M * kPStride * 2;
+  static constexpr int kXFloats = (QR / 16) * (kN / 8) * 4;  // partial scores per lane
+  static constexpr int kSmem = 2 * kKBytes + 2 * kPBytes + 2 * M * 4 + 2 * kSWarps * kXFloats * 32 * 4;
+  static constexpr double kFlopPerTile = 2.0 * M * kN * (DQK + DV);
+};
+
+template <class C, int M, int DQK, int DV, int QR, int QD, int PR, int PC>
+__global__ void __launch_bounds__(C::kThreads, 1)
+    core_kernel(const bf16* __restrict__ gK, const bf16* __restrict__ gQ, float* out, int tiles) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* sK = reinterpret_cast<bf16*>(smem);                              // [2][kN][kKStride]
+  bf16* sP = reinterpret_cast<bf16*>(smem + 2 * C::kKBytes);             // [2][M][kPStride]
+  float* sA = reinterpret_cast<float*>(smem + 2 * C::kKBytes + 2 * C::kPBytes);  // [2][M]
+  float* sX = sA + 2 * M;                                                // [2][S warps][kXFloats][32]
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  for (int i = threadIdx.x; i < 2 * kN * C::kKStride; i += C::kThreads) {
+    const int col = i % C::kKStride, row = (i / C::kKStride) % kN;
+    sK[i] = col < DQK ? gK[row * DQK + col] : __float2bfloat16(0.f);
+  }
+  __syncthreads();
+  constexpr int kFull = 1, kEmpty = 3, kPair = 5;  // named barriers (0 is __syncthreads)
+  float acc_sum = 0.f;
+
+  if (warp < C::kSWarps) {
+    // ---------------- S warps ----------------
+    constexpr int MT = QR / 16, KT = QD / 16, NT = kN / 8;
+    const int rg = warp / C::kPairs, dh = warp % C::kPairs;
+    const int row0 = rg * QR, dim0 = dh * QD;
+    uint32_t q[MT][KT][4];
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+      for (int kk = 0; kk < KT; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int row = row0 + mi * 16 + g + (r & 1) * 8, col = dim0 + kk * 16 + 2 * t + (r >> 1) * 8;
+          q[mi][kk][r] = pack_bf16(__bfloat162float(gQ[row * DQK + col]), __bfloat162float(gQ[row * DQK + col + 1]));
+        }
+    float m_run[MT][2], l_run[MT][2];
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi) m_run[mi][0] = m_run[mi][1] = -1e30f, l_run[mi][0] = l_run[mi][1] = 0.f;
+    const float scale = 0.0601f;  // log2(e) / sqrt(576)
+    for (int it = 0; it < tiles; ++it) {
+      const int b = it & 1;
+      const bf16* K = sK + b * kN * C::kKStride;
+      float s[MT][NT][4];
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+        for (int nj = 0; nj < NT; ++nj) s[mi][nj][0] = s[mi][nj][1] = s[mi][nj][2] = s[mi][nj][3] = 0.f;
+      // Fragments of the next k-step load while this one's MMAs issue.
+      uint32_t kf[2][NT / 2][4];
+      const int krow = (lane & 7) + ((lane >> 4) << 3), kcol = ((lane >> 3) & 1) * 8 + dim0;
+#pragma unroll
+      for (int p = 0; p < NT / 2; ++p) ldmatrix_x4(kf[0][p], K + (p * 16 + krow) * C::kKStride + kcol);
+#pragma unroll
+      for (int kk = 0; kk < KT; ++kk) {
+        if (kk + 1 < KT) {
+#pragma unroll
+          for (int p = 0; p < NT / 2; ++p)
+            ldmatrix_x4(kf[(kk + 1) & 1][p], K + (p * 16 + krow) * C::kKStride + kcol + (kk + 1) * 16);
+        }
+#pragma unroll
+        for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+          for (int p = 0; p < NT / 2; ++p) {
+            mma_m16n8k16<bf16>(s[mi][2 * p], q[mi][kk], kf[kk & 1][p][0], kf[kk & 1][p][1]);
+            mma_m16n8k16<bf16>(s[mi][2 * p + 1], q[mi][kk], kf[kk & 1][p][2], kf[kk & 1][p][3]);
+          }
+      }
+      if constexpr (C::kExchange) {
+        // Partial scores to the partner, the partner's back: the other warp of
+        // the pair, or (pairs = 1) this warp itself, standing in for the
+        // other CTA of a cluster that splits the dims.
+        float* mine = sX + ((b * C::kSWarps + warp) * C::kXFloats) * 32;
+        const float* theirs = sX + ((b * C::kSWarps + (C::kPairs == 2 ? warp ^ 1 : warp)) * C::kXFloats) * 32;
+#pragma unroll
+        for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+          for (int nj = 0; nj < NT; ++nj)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) mine[((mi * NT + nj) * 4 + r) * 32 + lane] = s[mi][nj][r];
+        if constexpr (C::kPairs == 2) {
+          bar_sync(kPair + rg, 64);
+        } else {
+          __syncwarp();
+        }
+#pragma unroll
+        for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+          for (int nj = 0; nj < NT; ++nj)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) s[mi][nj][r] += theirs[((mi * NT + nj) * 4 + r) * 32 + lane];
+        if constexpr (C::kPairs == 1) {
+#pragma unroll
+          for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+            for (int nj = 0; nj < NT; ++nj)
+#pragma unroll
+              for (int r = 0; r < 4; ++r) s[mi][nj][r] *= 0.5f;  // own partial read back: keep the scale
+        }
+      }
+      // Online softmax of rows g and g + 8 of each m16 tile.
+      float alpha[MT][2];
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float mx = m_run[mi][h];
+#pragma unroll
+          for (int nj = 0; nj < NT; ++nj) mx = fmaxf(mx, fmaxf(s[mi][nj][2 * h], s[mi][nj][2 * h + 1]) * scale);
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          alpha[mi][h] = exp2f(m_run[mi][h] - mx);
+          m_run[mi][h] = mx;
+          float sum = 0.f;
+#pragma unroll
+          for (int nj = 0; nj < NT; ++nj) {
+            s[mi][nj][2 * h] = exp2f(s[mi][nj][2 * h] * scale - mx);
+            s[mi][nj][2 * h + 1] = exp2f(s[mi][nj][2 * h + 1] * scale - mx);
+            sum += s[mi][nj][2 * h] + s[mi][nj][2 * h + 1];
+          }
+          l_run[mi][h] = l_run[mi][h] * alpha[mi][h] + sum;
+        }
+      bar_sync(kEmpty + b, C::kThreads);  // the O warps are done with P[b] of tile it - 2
+      if (dh == 0) {
+        bf16* P = sP + b * M * C::kPStride;
+#pragma unroll
+        for (int mi = 0; mi < MT; ++mi) {
+          const int r0 = row0 + mi * 16 + g;
+#pragma unroll
+          for (int nj = 0; nj < NT; ++nj) {
+            *reinterpret_cast<uint32_t*>(P + r0 * C::kPStride + nj * 8 + 2 * t) = pack_bf16(s[mi][nj][0], s[mi][nj][1]);
+            *reinterpret_cast<uint32_t*>(P + (r0 + 8) * C::kPStride + nj * 8 + 2 * t) =
+                pack_bf16(s[mi][nj][2], s[mi][nj][3]);
+          }
+          if (t == 0) {
+            sA[b * M + r0] = alpha[mi][0];
+            sA[b * M + r0 + 8] = alpha[mi][1];
+          }
+        }
+      }
+      bar_arrive(kFull + b, C::kThreads);
+    }
+    bar_sync(kEmpty + (tiles & 1), C::kThreads);  // the O warps' last two releases
+    bar_sync(kEmpty + ((tiles + 1) & 1), C::kThreads);
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi) acc_sum += l_run[mi][0] + l_run[mi][1];
+  } else {
+    // ---------------- O warps ----------------
+    constexpr int MT = PR / 16, NT = PC / 8;
+    const int v = warp - C::kSWarps;
+    const int rg = v / (DV / PC), cg = v % (DV / PC);
+    const int row0 = rg * PR, col0 = cg * PC;
+    float o[MT][NT][4];
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+      for (int nj = 0; nj < NT; ++nj) o[mi][nj][0] = o[mi][nj][1] = o[mi][nj][2] = o[mi][nj][3] = 0.f;
+    bar_arrive(kEmpty, C::kThreads);  // both P buffers start free
+    bar_arrive(kEmpty + 1, C::kThreads);
+    for (int it = 0; it < tiles; ++it) {
+      const int b = it & 1;
+      bar_sync(kFull + b, C::kThreads);
+      const bf16* P = sP + b * M * C::kPStride;
+      const bf16* V = sK + b * kN * C::kKStride;
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi) {
+        const float a0 = sA[b * M + row0 + mi * 16 + g], a1 = sA[b * M + row0 + mi * 16 + g + 8];
+#pragma unroll
+        for (int nj = 0; nj < NT; ++nj) o[mi][nj][0] *= a0, o[mi][nj][1] *= a0, o[mi][nj][2] *= a1, o[mi][nj][3] *= a1;
+      }
+#pragma unroll
+      for (int kk = 0; kk < kN / 16; ++kk) {
+        uint32_t pa[MT][4];
+#pragma unroll
+        for (int mi = 0; mi < MT; ++mi)
+          ldmatrix_x4(pa[mi], P + (row0 + mi * 16 + (lane & 15)) * C::kPStride + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+        for (int p = 0; p < NT / 2; ++p) {
+          uint32_t vb[4];
+          ldmatrix_x4_trans(vb, V + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * C::kKStride + col0 + p * 16 +
+                                    (lane >> 4) * 8);
+#pragma unroll
+          for (int mi = 0; mi < MT; ++mi) {
+            mma_m16n8k16<bf16>(o[mi][2 * p], pa[mi], vb[0], vb[1]);
+            mma_m16n8k16<bf16>(o[mi][2 * p + 1], pa[mi], vb[2], vb[3]);
+          }
+        }
+      }
+      bar_arrive(kEmpty + b, C::kThreads);
+    }
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+      for (int nj = 0; nj < NT; ++nj) acc_sum += o[mi][nj][0] + o[mi][nj][3];
+  }
+  if (acc_sum == 12345.678f) out[blockIdx.x * C::kThreads + threadIdx.x] = acc_sum;  // keeps the work alive
+}
+
+template <int M, int DQK, int DV, int QR, int QD, int PR, int PC, bool XCH>
+void run(const char* name, int tiles, int launches, const bf16* gK, const bf16* gQ, float* out, int sms,
+         int smem_cap) {
+  using C = Cfg<M, DQK, DV, QR, QD, PR, PC, XCH>;
+  auto kernel = core_kernel<C, M, DQK, DV, QR, QD, PR, PC>;
+  // One CTA per SM: ask for more than half of the SM's shared memory when the
+  // configuration itself needs less (sm_120 fits one such CTA per SM anyway).
+  int smem = C::kSmem;
+  if (smem * 2 <= smem_cap) smem = smem_cap / 2 + 1024;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) {
+    std::printf("{\"config\": \"%s\", \"error\": \"shared memory %d\"}\n", name, smem);
+    return;
+  }
+  cudaFuncAttributes attr;
+  cudaFuncGetAttributes(&attr, kernel);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  kernel<<<sms, C::kThreads, smem>>>(gK, gQ, out, tiles);  // warm-up
+  float best = 1e30f;
+  for (int i = 0; i < launches; ++i) {
+    cudaEventRecord(e0);
+    kernel<<<sms, C::kThreads, smem>>>(gK, gQ, out, tiles);
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0.f;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (ms < best) best = ms;
+  }
+  const cudaError_t err = cudaGetLastError();
+  const double tflops = C::kFlopPerTile * tiles * sms / (best * 1e-3) / 1e12;
+  std::printf("{\"config\": \"%s\", \"rows\": %d, \"s_warps\": %d, \"o_warps\": %d, \"registers\": %d, "
+              "\"local_bytes\": %zu, \"smem\": %d, \"tflops\": %.1f, \"ms\": %.3f, \"status\": \"%s\"}\n",
+              name, M, C::kSWarps, C::kOWarps, attr.numRegs, attr.localSizeBytes, C::kSmem, tflops, best,
+              cudaGetErrorString(err));
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int tiles = argc > 1 ? std::atoi(argv[1]) : 2048;
+  const int launches = argc > 2 ? std::atoi(argv[2]) : 5;
+  int dev = 0, sms = 0, smem_cap = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  cudaDeviceGetAttribute(&smem_cap, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+  std::vector<bf16> hk(kN * 576), hq(64 * 576);
+  unsigned x = 12345u;
+  for (auto& v : hk) x = x * 1664525u + 1013904223u, v = __float2bfloat16(((x >> 9) & 1023) / 1024.f - 0.5f);
+  for (auto& v : hq) x = x * 1664525u + 1013904223u, v = __float2bfloat16(((x >> 9) & 1023) / 1024.f - 0.5f);
+  bf16 *gK = nullptr, *gQ = nullptr;
+  float* out = nullptr;
+  cudaMalloc(&gK, hk.size() * sizeof(bf16));
+  cudaMalloc(&gQ, hq.size() * sizeof(bf16));
+  cudaMalloc(&out, sizeof(float) * sms * 1024);
+  cudaMemcpy(gK, hk.data(), hk.size() * sizeof(bf16), cudaMemcpyHostToDevice);
+  cudaMemcpy(gQ, hq.data(), hq.size() * sizeof(bf16), cudaMemcpyHostToDevice);
+  run<32, 576, 512, 16, 576, 32, 128, false>("m32_full", tiles, launches, gK, gQ, out, sms, smem_cap);
+  run<32, 576, 512, 16, 288, 32, 128, true>("m32_pair", tiles, launches, gK, gQ, out, sms, smem_cap);
+  run<64, 288, 256, 32, 288, 64, 64, true>("m64_half", tiles, launches, gK, gQ, out, sms, smem_cap);
+  run<64, 288, 256, 16, 288, 64, 64, true>("m64_half4", tiles, launches, gK, gQ, out, sms, smem_cap);
+  return 0;
+}
