@@ -6,8 +6,14 @@
 // cluster split before either kernel is written.
 //
 // One CTA per SM (the dynamic shared memory is sized so that a second cannot
-// fit, as on sm_120), two KV-tile buffers of N = 32 rows whose contents stay
-// put, and two roles in named-barrier producer / consumer order:
+// fit, as on sm_120), a ring of KS KV-tile stages of N rows, and two (three)
+// roles in producer / consumer order:
+//   load warps (the `_load` configurations): gather each tile's rows from a
+//     global pool at random slots (page_size 1) with 16-byte cp.async, each
+//     thread's copies completing on the stage's "full" mbarrier
+//     (cp.async.mbarrier.arrive.noinc); a stage is refilled once the S and O
+//     warps released it. Without load warps the stages are filled once and
+//     their contents stay put (the compute core alone);
 //   S warps: Q fragments in registers for the whole loop, S = Q K^T over the
 //     warp's dims (K fragments by ldmatrix), with the dims split between two
 //     warps when `pairs` = 2 (the partial scores then cross through shared
@@ -25,6 +31,12 @@
 //              partial scores written and read back through local shared memory (the
 //              traffic of the exchange, not the latency of distributed shared memory)
 //   m64_half4  the same with 4 S warps x 16 rows x 288 dims
+//   *_load     the same fed by load warps (4, or 2 for m64_half4_load_n16) from a
+//              37.7 MB pool of 576-wide rows at random slots: 32-row tiles in 2 or 3
+//              stages, or 16-row tiles in 4 (what fits 101,376 bytes)
+//
+// In the `_load` configurations setmaxnreg moves registers from the load warps
+// (56) to the S and O warps (216), as a warp-specialized kernel does.
 //
 //   mla_core [tiles per CTA] [launches]   prints one JSON line per configuration
 #include <cuda_bf16.h>
@@ -35,15 +47,27 @@
 #include <vector>
 
 #include "kernels/core/mma.cuh"
+#include "kernels/sm90/sync.cuh"
 
 namespace {
 
 using verify_attn::ldmatrix_x4;
 using verify_attn::ldmatrix_x4_trans;
 using verify_attn::mma_m16n8k16;
+using verify_attn::cp_async_16;
+using verify_attn::smem_addr;
+using verify_attn::sm90::mbar_arrive;
+using verify_attn::sm90::mbar_init;
+using verify_attn::sm90::mbar_wait;
 using bf16 = __nv_bfloat16;
 
-constexpr int kN = 32;  // KV rows per tile
+constexpr int kPoolRows = 32768;  // the global KV pool the load warps gather from (37.7 MB at 576 dims)
+
+// The thread's cp.async copies issued so far complete on `bar` (one arrival
+// each thread; the barrier counts every loading thread).
+__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
 
 __device__ __forceinline__ void bar_sync(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
@@ -59,43 +83,87 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 
 // M rows, DQK dims of Q K^T, DV value columns (all this CTA's); S warps of QR
 // rows x QD dims (pairs = DQK / QD warps share rows); O warps of PR rows x PC cols.
-template <int M, int DQK, int DV, int QR, int QD, int PR, int PC, bool XCH>
+// N KV rows per tile, KS stages, LW load warps (0: stages filled once).
+template <int M, int DQK, int DV, int QR, int QD, int PR, int PC, bool XCH, int N_, int KS, int LW>
 struct Cfg {
+  static constexpr int kN = N_;
+  static constexpr int kStages = KS;
+  static constexpr int kLoadWarps = LW;
   static constexpr bool kExchange = XCH;
   static constexpr int kPairs = DQK / QD;
   static constexpr int kSWarps = (M / QR) * kPairs;
   static constexpr int kOWarps = (M / PR) * (DV / PC);
-  static constexpr int kThreads = (kSWarps + kOWarps) * 32;
+  static constexpr int kComputeThreads = (kSWarps + kOWarps) * 32;
+  static constexpr int kThreads = kComputeThreads + LW * 32;
   static constexpr int kKStride = DQK + 8;  // bf16 per K row: 16 B of padding keeps ldmatrix conflict-free
   static constexpr int kPStride = kN + 8;
   static constexpr int kKBytes = kN * kKStride * 2;
   static constexpr int kPBytes = M * kPStride * 2;
   static constexpr int kXFloats = (QR / 16) * (kN / 8) * 4;  // partial scores per lane
-  static constexpr int kSmem = 2 * kKBytes + 2 * kPBytes + 2 * M * 4 + 2 * kSWarps * kXFloats * 32 * 4;
+  static constexpr int kSmem =
+      KS * kKBytes + 2 * kPBytes + 2 * M * 4 + 2 * kSWarps * kXFloats * 32 * 4 + 2 * KS * 8;
   static constexpr double kFlopPerTile = 2.0 * M * kN * (DQK + DV);
 };
 
 template <class C, int M, int DQK, int DV, int QR, int QD, int PR, int PC>
 __global__ void __launch_bounds__(C::kThreads, 1)
-    core_kernel(const bf16* __restrict__ gK, const bf16* __restrict__ gQ, float* out, int tiles) {
+    core_kernel(const bf16* __restrict__ gK, const bf16* __restrict__ gQ, const bf16* __restrict__ pool,
+                const int* __restrict__ slots, float* out, int tiles) {
+  constexpr int N = C::kN, KS = C::kStages, CT = C::kComputeThreads;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* sK = reinterpret_cast<bf16*>(smem);                              // [2][kN][kKStride]
-  bf16* sP = reinterpret_cast<bf16*>(smem + 2 * C::kKBytes);             // [2][M][kPStride]
-  float* sA = reinterpret_cast<float*>(smem + 2 * C::kKBytes + 2 * C::kPBytes);  // [2][M]
-  float* sX = sA + 2 * M;                                                // [2][S warps][kXFloats][32]
+  bf16* sK = reinterpret_cast<bf16*>(smem);                                          // [KS][N][kKStride]
+  bf16* sP = reinterpret_cast<bf16*>(smem + KS * C::kKBytes);                        // [2][M][kPStride]
+  float* sA = reinterpret_cast<float*>(smem + KS * C::kKBytes + 2 * C::kPBytes);     // [2][M]
+  float* sX = sA + 2 * M;                                                            // [2][S warps][kXFloats][32]
+  uint64_t* full = reinterpret_cast<uint64_t*>(sX + 2 * C::kSWarps * C::kXFloats * 32);  // [KS]
+  uint64_t* empty = full + KS;                                                       // [KS]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
-  for (int i = threadIdx.x; i < 2 * kN * C::kKStride; i += C::kThreads) {
-    const int col = i % C::kKStride, row = (i / C::kKStride) % kN;
-    sK[i] = col < DQK ? gK[row * DQK + col] : __float2bfloat16(0.f);
+  if constexpr (C::kLoadWarps == 0) {
+    for (int i = threadIdx.x; i < KS * N * C::kKStride; i += C::kThreads) {
+      const int col = i % C::kKStride, row = (i / C::kKStride) % N;
+      sK[i] = col < DQK ? gK[(row % 32) * DQK + col] : __float2bfloat16(0.f);
+    }
+  } else if (threadIdx.x < KS) {
+    mbar_init(full + threadIdx.x, C::kLoadWarps * 32);
+    mbar_init(empty + threadIdx.x, C::kSWarps + C::kOWarps);
   }
   __syncthreads();
   constexpr int kFull = 1, kEmpty = 3, kPair = 5;  // named barriers (0 is __syncthreads)
   float acc_sum = 0.f;
+  // Stage of tile it, and the parity of its fill.
+  auto stage = [](int it) { return it % KS; };
+  auto phase = [](int it) { return static_cast<uint32_t>((it / KS) & 1); };
+
+  if (warp >= C::kSWarps + C::kOWarps) {
+    // ---------------- load warps ----------------
+    if constexpr (C::kLoadWarps > 0) {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
+      constexpr int kChunks = DQK * 2 / 16;  // 16-byte chunks per row of this CTA's dims
+      const int lt = threadIdx.x - CT;
+      // A CTA of a dim-splitting pair reads its half of the row (even / odd blocks).
+      const int dim_off = (DQK < 576) ? (blockIdx.x & 1) * DQK : 0;
+      for (int it = 0; it < tiles; ++it) {
+        const int st = stage(it);
+        if (it >= KS) mbar_wait(empty + st, phase(it) ^ 1);
+        bf16* dst = sK + st * N * C::kKStride;
+        const int base = (blockIdx.x * 7919 + it * N) % kPoolRows;
+        for (int i = lt; i < N * kChunks; i += C::kLoadWarps * 32) {
+          const int row = i / kChunks, c = i - row * kChunks;
+          const int slot = __ldg(slots + (base + row) % kPoolRows);
+          cp_async_16(dst + row * C::kKStride + c * 8, pool + static_cast<int64_t>(slot) * 576 + dim_off + c * 8, true);
+        }
+        cp_async_arrive(full + st);
+      }
+      asm volatile("cp.async.wait_all;\n" ::: "memory");
+    }
+    return;
+  }
+  if constexpr (C::kLoadWarps > 0) asm volatile("setmaxnreg.inc.sync.aligned.u32 216;\n");
 
   if (warp < C::kSWarps) {
     // ---------------- S warps ----------------
-    constexpr int MT = QR / 16, KT = QD / 16, NT = kN / 8;
+    constexpr int MT = QR / 16, KT = QD / 16, NT = N / 8;
     const int rg = warp / C::kPairs, dh = warp % C::kPairs;
     const int row0 = rg * QR, dim0 = dh * QD;
     uint32_t q[MT][KT][4];
@@ -113,8 +181,9 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     for (int mi = 0; mi < MT; ++mi) m_run[mi][0] = m_run[mi][1] = -1e30f, l_run[mi][0] = l_run[mi][1] = 0.f;
     const float scale = 0.0601f;  // log2(e) / sqrt(576)
     for (int it = 0; it < tiles; ++it) {
-      const int b = it & 1;
-      const bf16* K = sK + b * kN * C::kKStride;
+      const int b = it & 1, st = stage(it);
+      if constexpr (C::kLoadWarps > 0) mbar_wait(full + st, phase(it));
+      const bf16* K = sK + st * N * C::kKStride;
       float s[MT][NT][4];
 #pragma unroll
       for (int mi = 0; mi < MT; ++mi)
@@ -139,6 +208,10 @@ __global__ void __launch_bounds__(C::kThreads, 1)
             mma_m16n8k16<bf16>(s[mi][2 * p], q[mi][kk], kf[kk & 1][p][0], kf[kk & 1][p][1]);
             mma_m16n8k16<bf16>(s[mi][2 * p + 1], q[mi][kk], kf[kk & 1][p][2], kf[kk & 1][p][3]);
           }
+      }
+      if constexpr (C::kLoadWarps > 0) {  // the S warps are done with this stage's K
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty + st);
       }
       if constexpr (C::kExchange) {
         // Partial scores to the partner, the partner's back: the other warp of
@@ -194,7 +267,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           }
           l_run[mi][h] = l_run[mi][h] * alpha[mi][h] + sum;
         }
-      bar_sync(kEmpty + b, C::kThreads);  // the O warps are done with P[b] of tile it - 2
+      bar_sync(kEmpty + b, CT);  // the O warps are done with P[b] of tile it - 2
       if (dh == 0) {
         bf16* P = sP + b * M * C::kPStride;
 #pragma unroll
@@ -212,10 +285,10 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           }
         }
       }
-      bar_arrive(kFull + b, C::kThreads);
+      bar_arrive(kFull + b, CT);
     }
-    bar_sync(kEmpty + (tiles & 1), C::kThreads);  // the O warps' last two releases
-    bar_sync(kEmpty + ((tiles + 1) & 1), C::kThreads);
+    bar_sync(kEmpty + (tiles & 1), CT);  // the O warps' last two releases
+    bar_sync(kEmpty + ((tiles + 1) & 1), CT);
 #pragma unroll
     for (int mi = 0; mi < MT; ++mi) acc_sum += l_run[mi][0] + l_run[mi][1];
   } else {
@@ -229,13 +302,13 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
       for (int nj = 0; nj < NT; ++nj) o[mi][nj][0] = o[mi][nj][1] = o[mi][nj][2] = o[mi][nj][3] = 0.f;
-    bar_arrive(kEmpty, C::kThreads);  // both P buffers start free
-    bar_arrive(kEmpty + 1, C::kThreads);
+    bar_arrive(kEmpty, CT);  // both P buffers start free
+    bar_arrive(kEmpty + 1, CT);
     for (int it = 0; it < tiles; ++it) {
-      const int b = it & 1;
-      bar_sync(kFull + b, C::kThreads);
+      const int b = it & 1, st = stage(it);
+      bar_sync(kFull + b, CT);  // P[b] written; the S warps saw stage st full
       const bf16* P = sP + b * M * C::kPStride;
-      const bf16* V = sK + b * kN * C::kKStride;
+      const bf16* V = sK + st * N * C::kKStride;
 #pragma unroll
       for (int mi = 0; mi < MT; ++mi) {
         const float a0 = sA[b * M + row0 + mi * 16 + g], a1 = sA[b * M + row0 + mi * 16 + g + 8];
@@ -243,7 +316,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         for (int nj = 0; nj < NT; ++nj) o[mi][nj][0] *= a0, o[mi][nj][1] *= a0, o[mi][nj][2] *= a1, o[mi][nj][3] *= a1;
       }
 #pragma unroll
-      for (int kk = 0; kk < kN / 16; ++kk) {
+      for (int kk = 0; kk < N / 16; ++kk) {
         uint32_t pa[MT][4];
 #pragma unroll
         for (int mi = 0; mi < MT; ++mi)
@@ -260,7 +333,11 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           }
         }
       }
-      bar_arrive(kEmpty + b, C::kThreads);
+      if constexpr (C::kLoadWarps > 0) {  // the O warps are done with this stage's V
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty + st);
+      }
+      bar_arrive(kEmpty + b, CT);
     }
 #pragma unroll
     for (int mi = 0; mi < MT; ++mi)
@@ -270,17 +347,26 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   if (acc_sum == 12345.678f) out[blockIdx.x * C::kThreads + threadIdx.x] = acc_sum;  // keeps the work alive
 }
 
-template <int M, int DQK, int DV, int QR, int QD, int PR, int PC, bool XCH>
-void run(const char* name, int tiles, int launches, const bf16* gK, const bf16* gQ, float* out, int sms,
-         int smem_cap) {
-  using C = Cfg<M, DQK, DV, QR, QD, PR, PC, XCH>;
+struct Inputs {
+  const bf16* k;      // [32][576]: the stages' contents without load warps
+  const bf16* q;      // [64][576]
+  const bf16* pool;   // [kPoolRows][576]: what the load warps gather
+  const int* slots;   // [kPoolRows]: a random permutation (page_size 1, scattered)
+  float* out;
+};
+
+template <int M, int DQK, int DV, int QR, int QD, int PR, int PC, bool XCH, int N, int KS, int LW>
+void run(const char* name, int tiles, int launches, const Inputs& in, int sms, int smem_cap) {
+  using C = Cfg<M, DQK, DV, QR, QD, PR, PC, XCH, N, KS, LW>;
   auto kernel = core_kernel<C, M, DQK, DV, QR, QD, PR, PC>;
   // One CTA per SM: ask for more than half of the SM's shared memory when the
   // configuration itself needs less (sm_120 fits one such CTA per SM anyway).
   int smem = C::kSmem;
   if (smem * 2 <= smem_cap) smem = smem_cap / 2 + 1024;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) {
-    std::printf("{\"config\": \"%s\", \"error\": \"shared memory %d\"}\n", name, smem);
+  if (C::kSmem > 101376 ||
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) {
+    std::printf("{\"config\": \"%s\", \"error\": \"shared memory %d (sm_120: 101376 at most)\"}\n", name,
+                C::kSmem);
     return;
   }
   cudaFuncAttributes attr;
@@ -288,11 +374,11 @@ void run(const char* name, int tiles, int launches, const bf16* gK, const bf16* 
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
-  kernel<<<sms, C::kThreads, smem>>>(gK, gQ, out, tiles);  // warm-up
+  kernel<<<sms, C::kThreads, smem>>>(in.k, in.q, in.pool, in.slots, in.out, tiles);  // warm-up
   float best = 1e30f;
   for (int i = 0; i < launches; ++i) {
     cudaEventRecord(e0);
-    kernel<<<sms, C::kThreads, smem>>>(gK, gQ, out, tiles);
+    kernel<<<sms, C::kThreads, smem>>>(in.k, in.q, in.pool, in.slots, in.out, tiles);
     cudaEventRecord(e1);
     cudaEventSynchronize(e1);
     float ms = 0.f;
@@ -301,10 +387,12 @@ void run(const char* name, int tiles, int launches, const bf16* gK, const bf16* 
   }
   const cudaError_t err = cudaGetLastError();
   const double tflops = C::kFlopPerTile * tiles * sms / (best * 1e-3) / 1e12;
-  std::printf("{\"config\": \"%s\", \"rows\": %d, \"s_warps\": %d, \"o_warps\": %d, \"registers\": %d, "
-              "\"local_bytes\": %zu, \"smem\": %d, \"tflops\": %.1f, \"ms\": %.3f, \"status\": \"%s\"}\n",
-              name, M, C::kSWarps, C::kOWarps, attr.numRegs, attr.localSizeBytes, C::kSmem, tflops, best,
-              cudaGetErrorString(err));
+  const double l2_tbs = double(N) * DQK * 2 * tiles * sms / (best * 1e-3) / 1e12;  // bytes the load warps bring
+  std::printf("{\"config\": \"%s\", \"rows\": %d, \"n\": %d, \"stages\": %d, \"s_warps\": %d, \"o_warps\": %d, "
+              "\"load_warps\": %d, \"registers\": %d, \"local_bytes\": %zu, \"smem\": %d, \"tflops\": %.1f, "
+              "\"load_tb_per_s\": %.2f, \"ms\": %.3f, \"status\": \"%s\"}\n",
+              name, M, N, KS, C::kSWarps, C::kOWarps, LW, attr.numRegs, attr.localSizeBytes, C::kSmem, tflops,
+              LW ? l2_tbs : 0.0, best, cudaGetErrorString(err));
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
 }
@@ -318,20 +406,38 @@ int main(int argc, char** argv) {
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   cudaDeviceGetAttribute(&smem_cap, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
-  std::vector<bf16> hk(kN * 576), hq(64 * 576);
+  std::vector<bf16> hk(32 * 576), hq(64 * 576), hpool(size_t(kPoolRows) * 576);
+  std::vector<int> hslots(kPoolRows);
   unsigned x = 12345u;
-  for (auto& v : hk) x = x * 1664525u + 1013904223u, v = __float2bfloat16(((x >> 9) & 1023) / 1024.f - 0.5f);
-  for (auto& v : hq) x = x * 1664525u + 1013904223u, v = __float2bfloat16(((x >> 9) & 1023) / 1024.f - 0.5f);
-  bf16 *gK = nullptr, *gQ = nullptr;
-  float* out = nullptr;
-  cudaMalloc(&gK, hk.size() * sizeof(bf16));
-  cudaMalloc(&gQ, hq.size() * sizeof(bf16));
-  cudaMalloc(&out, sizeof(float) * sms * 1024);
-  cudaMemcpy(gK, hk.data(), hk.size() * sizeof(bf16), cudaMemcpyHostToDevice);
-  cudaMemcpy(gQ, hq.data(), hq.size() * sizeof(bf16), cudaMemcpyHostToDevice);
-  run<32, 576, 512, 16, 576, 32, 128, false>("m32_full", tiles, launches, gK, gQ, out, sms, smem_cap);
-  run<32, 576, 512, 16, 288, 32, 128, true>("m32_pair", tiles, launches, gK, gQ, out, sms, smem_cap);
-  run<64, 288, 256, 32, 288, 64, 64, true>("m64_half", tiles, launches, gK, gQ, out, sms, smem_cap);
-  run<64, 288, 256, 16, 288, 64, 64, true>("m64_half4", tiles, launches, gK, gQ, out, sms, smem_cap);
-  return 0;
+  auto next = [&x] { return x = x * 1664525u + 1013904223u; };
+  for (auto& v : hk) v = __float2bfloat16(((next() >> 9) & 1023) / 1024.f - 0.5f);
+  for (auto& v : hq) v = __float2bfloat16(((next() >> 9) & 1023) / 1024.f - 0.5f);
+  for (auto& v : hpool) v = __float2bfloat16(((next() >> 9) & 1023) / 1024.f - 0.5f);
+  for (int i = 0; i < kPoolRows; ++i) hslots[i] = i;
+  for (int i = kPoolRows - 1; i > 0; --i) std::swap(hslots[i], hslots[next() % (i + 1)]);
+  Inputs in{};
+  bf16 *k = nullptr, *q = nullptr, *pool = nullptr;
+  int* slots = nullptr;
+  cudaMalloc(&k, hk.size() * sizeof(bf16));
+  cudaMalloc(&q, hq.size() * sizeof(bf16));
+  cudaMalloc(&pool, hpool.size() * sizeof(bf16));
+  cudaMalloc(&slots, hslots.size() * sizeof(int));
+  cudaMalloc(&in.out, sizeof(float) * sms * 1024);
+  cudaMemcpy(k, hk.data(), hk.size() * sizeof(bf16), cudaMemcpyHostToDevice);
+  cudaMemcpy(q, hq.data(), hq.size() * sizeof(bf16), cudaMemcpyHostToDevice);
+  cudaMemcpy(pool, hpool.data(), hpool.size() * sizeof(bf16), cudaMemcpyHostToDevice);
+  cudaMemcpy(slots, hslots.data(), hslots.size() * sizeof(int), cudaMemcpyHostToDevice);
+  in.k = k, in.q = q, in.pool = pool, in.slots = slots;
+  // The compute core alone (stages filled once).
+  run<32, 576, 512, 16, 576, 32, 128, false, 32, 2, 0>("m32_full", tiles, launches, in, sms, smem_cap);
+  run<32, 576, 512, 16, 288, 32, 128, true, 32, 2, 0>("m32_pair", tiles, launches, in, sms, smem_cap);
+  run<64, 288, 256, 32, 288, 64, 64, true, 32, 2, 0>("m64_half", tiles, launches, in, sms, smem_cap);
+  run<64, 288, 256, 16, 288, 64, 64, true, 32, 2, 0>("m64_half4", tiles, launches, in, sms, smem_cap);
+  // With load warps gathering scattered rows.
+  run<32, 576, 512, 16, 288, 32, 128, true, 32, 2, 4>("m32_pair_load", tiles, launches, in, sms, smem_cap);
+  run<32, 576, 512, 16, 288, 32, 128, true, 16, 4, 4>("m32_pair_load_n16", tiles, launches, in, sms, smem_cap);
+  run<64, 288, 256, 16, 288, 64, 64, true, 32, 3, 4>("m64_half4_load", tiles, launches, in, sms, smem_cap);
+  run<64, 288, 256, 16, 288, 64, 64, true, 16, 4, 2>("m64_half4_load_n16", tiles, launches, in, sms, smem_cap);
+  const cudaError_t err = cudaDeviceSynchronize();
+  return err == cudaSuccess ? 0 : 1;
 }
