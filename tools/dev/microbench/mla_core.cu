@@ -31,7 +31,7 @@
 //              partial scores written and read back through local shared memory (the
 //              traffic of the exchange, not the latency of distributed shared memory)
 //   m64_half4  the same with 4 S warps x 16 rows x 288 dims
-//   *_load     the same fed by load warps (4, or 2 for m64_half4_load_n16) from a
+//   *_load     the same fed by 4 load warps (a whole warpgroup: setmaxnreg is per warpgroup) from a
 //              37.7 MB pool of 576-wide rows at random slots: 32-row tiles in 2 or 3
 //              stages, or 16-row tiles in 4 (what fits 101,376 bytes)
 //
@@ -86,6 +86,7 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 // N KV rows per tile, KS stages, LW load warps (0: stages filled once).
 template <int M, int DQK, int DV, int QR, int QD, int PR, int PC, bool XCH, int N_, int KS, int LW>
 struct Cfg {
+  static_assert(LW == 0 || LW == 4, "setmaxnreg needs the load warps to be one whole warpgroup");
   static constexpr int kN = N_;
   static constexpr int kStages = KS;
   static constexpr int kLoadWarps = LW;
@@ -437,7 +438,7 @@ int main(int argc, char** argv) {
   run<32, 576, 512, 16, 288, 32, 128, true, 32, 2, 4>("m32_pair_load", tiles, launches, in, sms, smem_cap);
   run<32, 576, 512, 16, 288, 32, 128, true, 16, 4, 4>("m32_pair_load_n16", tiles, launches, in, sms, smem_cap);
   run<64, 288, 256, 16, 288, 64, 64, true, 32, 3, 4>("m64_half4_load", tiles, launches, in, sms, smem_cap);
-  run<64, 288, 256, 16, 288, 64, 64, true, 16, 4, 2>("m64_half4_load_n16", tiles, launches, in, sms, smem_cap);
+  run<64, 288, 256, 16, 288, 64, 64, true, 16, 4, 4>("m64_half4_load_n16", tiles, launches, in, sms, smem_cap);
   const cudaError_t err = cudaDeviceSynchronize();
   return err == cudaSuccess ? 0 : 1;
 }
