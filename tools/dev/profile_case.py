@@ -59,6 +59,10 @@ def main():
     ap.add_argument("--seed", type=int, default=0,
                     help="seed of the page ids, the draft trees and the values (torch and random)")
     ap.add_argument("--flashmla_site", default="/tmp/fmla_site")
+    ap.add_argument("--config", default="",
+                    help="our kernel's configuration tag forced (verify_attn.Tuning.config), e.g. mla_m32n32_s1")
+    ap.add_argument("--max_smem_bytes", type=int, default=0,
+                    help="plan as if a block had this much shared memory (101376: the sm_120 configuration)")
     a = ap.parse_args()
     torch.manual_seed(a.seed)
     rng = random.Random(a.seed)
@@ -95,6 +99,8 @@ def main():
         parents += testing.random_parents("ddtree", a.q_len, rng=rng)
     tree = masks.from_parents(torch.tensor(parents, dtype=torch.int32, device=dev), qo)
     kw = dict(tree_mask=tree, max_q_len=a.q_len, max_kv_len=kv, num_splits=a.num_splits)
+    if a.config or a.max_smem_bytes:
+        kw["tuning"] = verify_attn.Tuning(config=a.config, max_smem_bytes=a.max_smem_bytes)
     if a.layout == "flat":
         k = torch.randn(a.batch * kv, hkv, dqk, device=dev, dtype=dt)
         v = None if mla else torch.randn(a.batch * kv, hkv, dvo, device=dev, dtype=dt)
