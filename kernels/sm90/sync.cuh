@@ -59,6 +59,12 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   } while (!done);
 }
 
+// This thread's cp.async copies issued so far complete on `bar` as one arrival
+// (.noinc: the barrier's expected count includes every copying thread).
+__device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+
 // bar.arrive: counts this thread on barrier `id` without waiting (the waiting
 // side calls named_barrier_sync with the same total).
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {

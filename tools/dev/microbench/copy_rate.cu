@@ -53,6 +53,7 @@
 #include "kernels/sm90/tma_host.h"
 
 using verify_attn::smem_addr;
+using verify_attn::sm90::cp_async_arrive_noinc;
 using verify_attn::sm90::mbar_arrive_expect_tx;
 using verify_attn::sm90::mbar_init;
 using verify_attn::sm90::mbar_init_fence;
@@ -95,10 +96,6 @@ __device__ __forceinline__ void bulk1d(void* dst, const void* src, uint32_t byte
 }
 __device__ __forceinline__ void prefetch_l2(const void* src, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void cp_arrive_noinc(uint64_t* b) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(b))
-               : "memory");
 }
 __device__ __forceinline__ void cp16(void* dst, const void* src) {
   verify_attn::cp_async_16(dst, src, true);
@@ -194,7 +191,7 @@ __global__ void __launch_bounds__(512, 1)
         const int r = c / 72, q = c % 72;
         cp16(st + r * kRowBytes + q * 16, a.cache + (long long)s_ids[i & 1][r] * kRowBytes + q * 16);
       }
-      cp_arrive_noinc(&bar[s]);
+      cp_async_arrive_noinc(&bar[s]);
       ids_store_next(i, nxt);
     }
     for (int i = max(0, a.tiles - a.stages); i < a.tiles; ++i)

@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "kernels/core/mma.cuh"
+#include "kernels/core/types.cuh"
 #include "kernels/sm90/sync.cuh"
 
 namespace {
@@ -56,30 +57,15 @@ using verify_attn::ldmatrix_x4_trans;
 using verify_attn::mma_m16n8k16;
 using verify_attn::cp_async_16;
 using verify_attn::smem_addr;
+using verify_attn::sm90::cp_async_arrive_noinc;
 using verify_attn::sm90::mbar_arrive;
 using verify_attn::sm90::mbar_init;
 using verify_attn::sm90::mbar_wait;
+using verify_attn::sm90::named_barrier_arrive;
+using verify_attn::sm90::named_barrier_sync;
 using bf16 = __nv_bfloat16;
 
 constexpr int kPoolRows = 32768;  // the global KV pool the load warps gather from (37.7 MB at 576 dims)
-
-// The thread's cp.async copies issued so far complete on `bar` (one arrival
-// each thread; the barrier counts every loading thread).
-__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
-}
-
-__device__ __forceinline__ void bar_sync(int id, int count) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
-__device__ __forceinline__ void bar_arrive(int id, int count) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
 
 // M rows, DQK dims of Q K^T, DV value columns (all this CTA's); S warps of QR
 // rows x QD dims (pairs = DQK / QD warps share rows); O warps of PR rows x PC cols.
@@ -154,7 +140,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           const int slot = __ldg(slots + (base + row) % kPoolRows);
           cp_async_16(dst + row * C::kKStride + c * 8, pool + static_cast<int64_t>(slot) * 576 + dim_off + c * 8, true);
         }
-        cp_async_arrive(full + st);
+        cp_async_arrive_noinc(full + st);
       }
       asm volatile("cp.async.wait_all;\n" ::: "memory");
     }
@@ -175,7 +161,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
           const int row = row0 + mi * 16 + g + (r & 1) * 8, col = dim0 + kk * 16 + 2 * t + (r >> 1) * 8;
-          q[mi][kk][r] = pack_bf16(__bfloat162float(gQ[row * DQK + col]), __bfloat162float(gQ[row * DQK + col + 1]));
+          q[mi][kk][r] = verify_attn::DTypeTraits<bf16>::pack(__bfloat162float(gQ[row * DQK + col]), __bfloat162float(gQ[row * DQK + col + 1]));
         }
     float m_run[MT][2], l_run[MT][2];
 #pragma unroll
@@ -227,7 +213,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 #pragma unroll
             for (int r = 0; r < 4; ++r) mine[((mi * NT + nj) * 4 + r) * 32 + lane] = s[mi][nj][r];
         if constexpr (C::kPairs == 2) {
-          bar_sync(kPair + rg, 64);
+          named_barrier_sync(kPair + rg, 64);
         } else {
           __syncwarp();
         }
@@ -268,7 +254,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           }
           l_run[mi][h] = l_run[mi][h] * alpha[mi][h] + sum;
         }
-      bar_sync(kEmpty + b, CT);  // the O warps are done with P[b] of tile it - 2
+      named_barrier_sync(kEmpty + b, CT);  // the O warps are done with P[b] of tile it - 2
       if (dh == 0) {
         bf16* P = sP + b * M * C::kPStride;
 #pragma unroll
@@ -276,9 +262,9 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           const int r0 = row0 + mi * 16 + g;
 #pragma unroll
           for (int nj = 0; nj < NT; ++nj) {
-            *reinterpret_cast<uint32_t*>(P + r0 * C::kPStride + nj * 8 + 2 * t) = pack_bf16(s[mi][nj][0], s[mi][nj][1]);
+            *reinterpret_cast<uint32_t*>(P + r0 * C::kPStride + nj * 8 + 2 * t) = verify_attn::DTypeTraits<bf16>::pack(s[mi][nj][0], s[mi][nj][1]);
             *reinterpret_cast<uint32_t*>(P + (r0 + 8) * C::kPStride + nj * 8 + 2 * t) =
-                pack_bf16(s[mi][nj][2], s[mi][nj][3]);
+                verify_attn::DTypeTraits<bf16>::pack(s[mi][nj][2], s[mi][nj][3]);
           }
           if (t == 0) {
             sA[b * M + r0] = alpha[mi][0];
@@ -286,10 +272,10 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           }
         }
       }
-      bar_arrive(kFull + b, CT);
+      named_barrier_arrive(kFull + b, CT);
     }
-    bar_sync(kEmpty + (tiles & 1), CT);  // the O warps' last two releases
-    bar_sync(kEmpty + ((tiles + 1) & 1), CT);
+    named_barrier_sync(kEmpty + (tiles & 1), CT);  // the O warps' last two releases
+    named_barrier_sync(kEmpty + ((tiles + 1) & 1), CT);
 #pragma unroll
     for (int mi = 0; mi < MT; ++mi) acc_sum += l_run[mi][0] + l_run[mi][1];
   } else {
@@ -303,11 +289,11 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
       for (int nj = 0; nj < NT; ++nj) o[mi][nj][0] = o[mi][nj][1] = o[mi][nj][2] = o[mi][nj][3] = 0.f;
-    bar_arrive(kEmpty, CT);  // both P buffers start free
-    bar_arrive(kEmpty + 1, CT);
+    named_barrier_arrive(kEmpty, CT);  // both P buffers start free
+    named_barrier_arrive(kEmpty + 1, CT);
     for (int it = 0; it < tiles; ++it) {
       const int b = it & 1, st = stage(it);
-      bar_sync(kFull + b, CT);  // P[b] written; the S warps saw stage st full
+      named_barrier_sync(kFull + b, CT);  // P[b] written; the S warps saw stage st full
       const bf16* P = sP + b * M * C::kPStride;
       const bf16* V = sK + st * N * C::kKStride;
 #pragma unroll
@@ -338,7 +324,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         __syncwarp();
         if (lane == 0) mbar_arrive(empty + st);
       }
-      bar_arrive(kEmpty + b, CT);
+      named_barrier_arrive(kEmpty + b, CT);
     }
 #pragma unroll
     for (int mi = 0; mi < MT; ++mi)
