@@ -12,6 +12,7 @@
 
 #include "kernels/attention_kernel.cuh"
 #include "kernels/launch.h"
+#include "kernels/mla_split_kernel.cuh"
 #include "kernels/pdl_launch.h"
 #include "kernels/plan.h"
 #include "kernels/sm90/mla_seesaw_kernel.cuh"
@@ -30,6 +31,8 @@ constexpr auto kernel_for() {
     } else {
       return mla_wgmma_kernel<Shape, DT, Loader>;
     }
+  } else if constexpr (Shape::kSplitRoles) {
+    return mla_split_kernel<Shape, DT, Loader>;
   } else {
     return attention_kernel<Shape, DT, Loader>;
   }
@@ -154,6 +157,7 @@ va_status launch_attention(const KernelParams& kp, const Plan& plan, int dtype, 
     case kCfgMlaWgmmaM64N64PR: return launch_config<kCfgMlaWgmmaM64N64PR, Loader>(kp, plan, dtype, stream);
     case kCfgMlaWgmmaSeesawTma: return launch_config<kCfgMlaWgmmaSeesawTma, Loader>(kp, plan, dtype, stream);
     case kCfgMlaWgmmaSeesawRows: return launch_config<kCfgMlaWgmmaSeesawRows, Loader>(kp, plan, dtype, stream);
+    case kCfgMlaSplitM32N32: return launch_config<kCfgMlaSplitM32N32, Loader>(kp, plan, dtype, stream);
     default: break;
   }
   return va_fail(VA_ERR_UNSUPPORTED, "config: unknown configuration id %d",

@@ -42,6 +42,7 @@ const ConfigDesc kDescs[kNumConfigs] = {
     make_desc<kCfgMlaWgmmaM64N64PR>("mla_wgmma_m64n64_pipe_rows"),
     make_desc<kCfgMlaWgmmaSeesawTma>("mla_wgmma_seesaw_tma"),
     make_desc<kCfgMlaWgmmaSeesawRows>("mla_wgmma_seesaw_tma_rows"),
+    make_desc<kCfgMlaSplitM32N32>("mla_split_m32n32"),
 };
 
 // Split-K rule: only when the unsplit grid is under one wave; then aim at
@@ -265,12 +266,15 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
     // kv_slot_runs hint through the rows map); it overlaps the copies with both
     // consumers' MMAs and leaves the producer's registers free. Every other
     // layout takes the cp.async kernel, which reads any layout the C-ABI
-    // accepts. The mma.sync kernel is the portable MLA path: sm_120, whose
-    // 101,376 bytes per block hold one stage of a 32-row tile.
+    // accepts. The mma.sync kernels are the portable MLA path (sm_120, whose
+    // 101,376 bytes per block hold two stages of a 32-row tile without Q): the
+    // warp-role kernel first, the one-stage kernel with Q in shared memory
+    // behind it.
     const bool sm90a = dev.sm_arch == 90 && built_sm90a();
     if (sm90a && tma_k_cache_ok(p)) cands[n++] = kCfgMlaWgmmaSeesawTma;
     if (sm90a && rows_hint_ok(p)) cands[n++] = kCfgMlaWgmmaSeesawRows;
     if (sm90a) cands[n++] = kCfgMlaWgmmaM64N64PR;
+    cands[n++] = kCfgMlaSplitM32N32;
     cands[n++] = kCfgMlaM32N32S1;
   } else if (p.head_dim_qk == 64) {
     cands[n++] = kCfgGqa64M64N64S2;

@@ -28,6 +28,7 @@ template <int DQK_, int DV_, bool V_IS_K_, int WARPS_M_, int WARPS_N_, int N_, i
           int MIN_BLOCKS_ = 1>
 struct TileShape {
   static constexpr bool kWgmma = false;
+  static constexpr bool kSplitRoles = false;
   // Runs the request-major grid whatever Plan::grid_rows_fastest says
   // (grid_coord): the rows-first order was measured on the sm_90a kernels
   // only, and keeps these kernels' registers as they were on sm_120.
@@ -91,6 +92,7 @@ struct TileShape {
 template <bool SEESAW_TMA, bool ROWS_GATHER = false, bool SKIP_DRAFT_TILES = false>
 struct TileShapeWgmmaMla {
   static constexpr bool kWgmma = true;
+  static constexpr bool kSplitRoles = false;
   static constexpr bool kRowsGrid = true;  // reads Plan::grid_rows_fastest (grid_coord)
   static constexpr bool kSeesawTma = SEESAW_TMA;
   static constexpr bool kRowsGather = ROWS_GATHER;
@@ -117,6 +119,58 @@ struct TileShapeWgmmaMla {
   static constexpr int kRedBytes = SEESAW_TMA ? 5 * 64 * 4 : 2 * 2 * 64 * 4;  // 1,280 / 1,024
   static constexpr int kRowBytes = SEESAW_TMA ? 0 : 2 * 2 * 64 * 8;  // 2,048: [2 halves][2][64]
   static constexpr int kSmemBytes = kQBytes + kKBytes + kRedBytes + kRowBytes + 1024;  // 225,280 / 223,488
+};
+
+// Portable MLA (576/512) with its work split by warp role
+// (kernels/mla_split_kernel.cuh): 32 folded query rows per CTA, KV tiles of N
+// rows in a ring of STAGES shared-memory stages.
+//   4 load warps gather each tile's rows with cp.async, every thread's copies
+//     completing on the stage's "full" mbarrier;
+//   4 S warps (2 row groups of 16 x 2 halves of the 576 dims) keep their Q
+//     fragments in registers for the whole loop, compute a half-width
+//     partial S = Q K^T, add the partner warp's half through shared memory
+//     (so every K fragment an ldmatrix brings feeds 16 rows and half the
+//     reduction: 128 instead of 256 bytes per mma of a 16-row warp over the
+//     full width), mask, run the online softmax and write P (bf16) and the
+//     rows' rescale factors;
+//   4 O warps (32 rows x 128 value columns each) keep O in registers and add
+//     P V from the same K tile's first 512 columns.
+// setmaxnreg gives the S / O warps 216 registers and the load warps 56.
+// Shared memory: K [STAGES][N][576 + 8], P [2][32][N + 8], rescale [2][32],
+// partial scores [2][4 warps][N / 8 * 4][32 lanes] fp32, final row max / sum
+// [2][32] fp32, 2 x STAGES mbarriers: 96,800 bytes at N = 32, 2 stages, within
+// sm_120's 101,376.
+template <int N_, int STAGES_>
+struct TileShapeSplitMla {
+  static constexpr bool kWgmma = false;
+  static constexpr bool kSplitRoles = true;
+  static constexpr bool kRowsGrid = false;
+  static constexpr bool kSkipDraftTiles = false;
+  static constexpr int kMinBlocks = 1;
+  static constexpr int kDqk = 576;
+  static constexpr int kDv = 512;
+  static constexpr bool kVIsK = true;
+  static constexpr int kM = 32;
+  static constexpr int kN = N_;
+  static constexpr int kStages = STAGES_;
+  static constexpr int kSWarps = 4;
+  static constexpr int kOWarps = 4;
+  static constexpr int kLoadWarps = 4;
+  static constexpr int kWarps = kSWarps + kOWarps + kLoadWarps;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kComputeThreads = 32 * (kSWarps + kOWarps);
+  static constexpr int kOCols = kDv / kOWarps;  // value columns per O warp
+  static constexpr int kKStride = kDqk + 8;     // elements: odd 16-byte chunks per row (ldmatrix)
+  static constexpr int kPStride = kN + 8;
+  static constexpr int kXFloats = (kN / 8) * 4;  // partial scores per lane
+  static constexpr int kKBytes = kStages * kN * kKStride * 2;
+  static constexpr int kPBytes = 2 * kM * kPStride * 2;
+  static constexpr int kAlphaBytes = 2 * kM * 4;
+  static constexpr int kXBytes = 2 * kSWarps * kXFloats * 32 * 4;
+  static constexpr int kStatBytes = 2 * kM * 4;
+  static constexpr int kBarBytes = 2 * kStages * 8;
+  static constexpr int kSmemBytes = kKBytes + kPBytes + kAlphaBytes + kXBytes + kStatBytes + kBarBytes;
+  static_assert(kN % 16 == 0 && kStages >= 2, "tile");
 };
 
 // The rules of the TMA kernel's map of a K cache's rows (kernels/sm90/tma_host.h,
@@ -154,6 +208,7 @@ enum ConfigId : int {
   kCfgMlaWgmmaM64N64PR,   // sm_90a MLA, cp.async producer: page_size 1 and any other layout
   kCfgMlaWgmmaSeesawTma,  // sm_90a MLA, TMA refills + seesaw: paged page_size % 64 == 0; flat
   kCfgMlaWgmmaSeesawRows, // the same through the rows map + gathers: page_size 1, kv_slot_runs hint
+  kCfgMlaSplitM32N32,     // portable MLA by warp roles: sm_120 (and sm_90 planned as sm_120)
   kNumConfigs
 };
 
@@ -171,6 +226,7 @@ template <> struct ConfigShape<kCfgGqa256M64N32S1> { using type = TileShape<256,
 template <> struct ConfigShape<kCfgMlaWgmmaM64N64PR> { using type = TileShapeWgmmaMla<false>; };
 template <> struct ConfigShape<kCfgMlaWgmmaSeesawTma> { using type = TileShapeWgmmaMla<true>; };
 template <> struct ConfigShape<kCfgMlaWgmmaSeesawRows> { using type = TileShapeWgmmaMla<true, true>; };
+template <> struct ConfigShape<kCfgMlaSplitM32N32> { using type = TileShapeSplitMla<32, 2>; };
 
 // Whether a tile shape loads K by TMA (its tensor map encoded per launch).
 template <class S>

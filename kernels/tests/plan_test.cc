@@ -317,6 +317,10 @@ int main() {
     for (int id = 0; id < va::kNumConfigs; ++id) {
       const va::ConfigDesc& d = va::config_desc(static_cast<va::ConfigId>(id));
       if (d.wgmma && !sm90a) continue;  // no sm_90a image: its kernels are stubs, never planned
+      // The one-stage portable MLA kernel stays forced-only while the warp-role
+      // kernel that replaced it in the rules awaits its first GPU measurement
+      // (the A/B of the two); one of them goes then.
+      if (id == va::kCfgMlaM32N32S1) continue;
       CHECK(planned.count(id) == 1, "configuration %s is compiled but no rule plans it", d.tag);
     }
   }

@@ -257,8 +257,11 @@ def run_case(c, seed, device="cuda"):
 # sm_120 runs; "mma_sync"), forced through the plan's tuning knob, and the wgmma
 # kernel whose producer copies K by cp.async through a staged row table
 # ("cp_async", mla_wgmma_m64n64_pipe_rows, which the plan picks for page sizes
-# below 64), forced onto every layout. test_mla_path_pinned checks which one ran.
+# below 64), forced onto every layout; and the warp-role mma.sync kernel
+# ("mma_split", mla_split_m32n32: what the plan picks on sm_120), forced.
+# test_mla_path_pinned checks which one ran.
 CASE_PATHS = ([(c, "auto") for c in CASES] + [(c, "mma_sync") for c in CASES if MODELS[c["model"]].mla]
+              + [(c, "mma_split") for c in CASES if MODELS[c["model"]].mla]
               + [(c, "cp_async") for c in CASES if MODELS[c["model"]].mla])
 
 
@@ -271,12 +274,12 @@ def test_kernel_matches_reference(case, path, kernel_path):
     if path == "cp_async" and not _sm90():
         pytest.skip("the wgmma path is sm_90 only")
     kernel_path(path)
-    if path == "cp_async":
+    if path in ("cp_async", "mma_split"):
         info = testing.plan_info(build_problem(case, 0, "cuda"))
-        assert info["name"].endswith(CP_ASYNC_MLA), info
+        assert info["name"].endswith(CP_ASYNC_MLA if path == "cp_async" else testing.SPLIT_MLA), info
     seed = new_seed()
     err = run_case(case, seed)
-    key = case["layout"] + {"auto": "", "mma_sync": " (mla on mma.sync)",
+    key = case["layout"] + {"auto": "", "mma_sync": " (mla on mma.sync)", "mma_split": " (mla on mma.sync roles)",
                             "cp_async": " (mla on wgmma, cp.async)"}[path]
     if MODELS[case["model"]].mla and path == "auto":
         key += f" (mla on {expected_path(True).rstrip('_')})"

@@ -580,7 +580,8 @@ def make_problem(
 # kernel paths
 
 # Configuration tags (kernels/plan.cc) that tests name.
-PORTABLE_MLA = "mla_m32n32_s1"                # MLA on mma.sync: sm_120's configuration, any arch
+PORTABLE_MLA = "mla_m32n32_s1"                # MLA on mma.sync, Q in shared memory: any arch
+SPLIT_MLA = "mla_split_m32n32"                # MLA on mma.sync by warp roles: sm_120's configuration
 CP_ASYNC_MLA = "mla_wgmma_m64n64_pipe_rows"   # sm_90a: K by cp.async through a staged row table
 TMA_MLA = "mla_wgmma_seesaw_tma"              # sm_90a: K by TMA, page_size % 64 == 0 or flat
 TMA_ROWS_MLA = "mla_wgmma_seesaw_tma_rows"    # sm_90a: K by TMA through the rows map (kv_slot_runs)
@@ -615,6 +616,7 @@ class KernelPath:
 PATHS: Dict[str, KernelPath] = {
     "auto": KernelPath(),                     # the plan's choice
     "mma_sync": KernelPath(config=PORTABLE_MLA),
+    "mma_split": KernelPath(config=SPLIT_MLA),
     "cp_async": KernelPath(config=CP_ASYNC_MLA),
     "tma": KernelPath(config=TMA_MLA),
     "tma_rows": KernelPath(config=TMA_ROWS_MLA),

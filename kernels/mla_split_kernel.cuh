@@ -1,0 +1,371 @@
+// The portable MLA kernel (576/512) with its work split by warp role, for
+// sm_120's 101,376 bytes per block and mma.sync (kernels/plan.h,
+// TileShapeSplitMla, says the roles and the shared-memory layout;
+// docs/design_portable.md counts why).
+//
+// Grid and prologue as every kernel (kernels/core/request.cuh): a CTA owns 32
+// folded rows (token-major, all heads) of one request and the KV tiles of its
+// split. Per KV tile (visit i, stage i % STAGES, P buffer i % 2):
+//   load warps  wait until the stage is free, gather its N rows (zero rows
+//               past kv_len or at a bad index, which is flagged), and their
+//               copies complete on the stage's `full` mbarrier;
+//   S warps     wait `full`, S_half = Q_half K_half^T (mma.sync), release
+//               the stage for their part, add the partner warp's half
+//               (shared memory, pair barrier), scale and mask, fold into the
+//               online softmax; once the O warps are done with P of two tiles
+//               ago, the dim-0 warp of each pair writes P (bf16) and the rows'
+//               rescale factors, and all arrive on FULL_P;
+//   O warps     wait FULL_P, rescale O, O += P V (V: the tile's first 512
+//               columns), release the stage and P.
+// The two S warps of a pair hold identical scores after the exchange (each
+// adds the same two halves), so both run the same softmax and either could
+// write P. After the loop the rows' running max and sum go to shared memory
+// and the O warps normalize and store O (or the split's partial O and lse).
+#ifndef VERIFY_ATTN_MLA_SPLIT_KERNEL_CUH_
+#define VERIFY_ATTN_MLA_SPLIT_KERNEL_CUH_
+
+#include <stdint.h>
+
+#include "kernels/core/mask.cuh"
+#include "kernels/core/mma.cuh"
+#include "kernels/core/request.cuh"
+#include "kernels/core/softmax.cuh"
+#include "kernels/core/types.cuh"
+#include "kernels/launch.h"
+#include "kernels/loaders/tile_copy.cuh"
+#include "kernels/plan.h"
+#include "kernels/sm90/sync.cuh"
+
+namespace verify_attn {
+
+// This thread's cp.async copies issued so far complete on `bar` as one
+// arrival (the barrier counts every loading thread).
+__device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+
+template <class Shape, typename DT, class Loader>
+__global__ void __launch_bounds__(Shape::kThreads, 1) mla_split_kernel(const KernelParams p) {
+  using sm90::mbar_arrive;
+  using sm90::mbar_init;
+  using sm90::mbar_wait;
+  using sm90::named_barrier_arrive;
+  using sm90::named_barrier_sync;
+  constexpr int M = Shape::kM, N = Shape::kN, STAGES = Shape::kStages;
+  constexpr int DQK = Shape::kDqk, DV = Shape::kDv;
+  constexpr int KS = Shape::kKStride, PS = Shape::kPStride;
+  constexpr int CT = Shape::kComputeThreads;
+  constexpr int kS = Shape::kSWarps, kO = Shape::kOWarps;
+  constexpr int NT = N / 8;             // n8 score tiles: every S warp covers the tile's N columns
+  constexpr int KT = DQK / 2 / 16;      // k16 steps of a 288-wide half
+  constexpr int OC = Shape::kOCols;     // value columns per O warp
+  constexpr int NTO = OC / 8;           // n8 output tiles per O warp
+  constexpr int XF = Shape::kXFloats;   // partial scores per lane
+  static_assert(M == 32 && kS == 4 && kO == 4 && Shape::kLoadWarps == 4 && NT % 2 == 0 && NTO % 2 == 0,
+                "the roles below assume this shape");
+  constexpr int kFullP = 1, kEmptyP = 3, kPair = 5;  // named barriers (0 is __syncthreads): [2], [2], [2]
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  DT* sK = reinterpret_cast<DT*>(smem);
+  DT* sP = reinterpret_cast<DT*>(smem + Shape::kKBytes);
+  float* sAlpha = reinterpret_cast<float*>(smem + Shape::kKBytes + Shape::kPBytes);  // [2][M]
+  float* sX = sAlpha + 2 * M;                                                        // [2][kS][XF][32]
+  float* sStat = sX + 2 * kS * XF * 32;                                              // [2][M]: max, sum
+  uint64_t* full = reinterpret_cast<uint64_t*>(sStat + 2 * M);                        // [STAGES]
+  uint64_t* empty = full + STAGES;                                                    // [STAGES]
+  __shared__ int s_bad_kv;  // a KV row of this CTA had a bad index: its rows become NaN
+  __shared__ RequestTile s_rt;
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  // Nothing computed here stays in registers past the role split (a value live
+  // across setmaxnreg costs a local-memory spill, ptxas): each role re-derives
+  // what it needs from blockIdx, the parameters and s_rt.
+  {
+    const CtaCoord cc = cta_coord<Shape::kRowsGrid>(p);
+    const Loader loader(p, cc.req, cc.hk);
+    RequestTile rt;
+    if (!start_request<Shape, DT, Loader>(p, loader, cc.hk, &rt)) return;
+    if (tid == 0) {
+      s_rt = rt;
+      s_bad_kv = 0;
+      for (int s = 0; s < STAGES; ++s) {
+        mbar_init(full + s, 32 * Shape::kLoadWarps);
+        mbar_init(empty + s, kS + kO);
+      }
+      sm90::mbar_init_fence();
+    }
+  }
+  __syncthreads();
+
+  // Each role ends on its own (setmaxnreg gives the roles different register
+  // budgets, so no code after the split is shared); the O warps store once the
+  // load warps (s_bad_kv) and the S warps (row statistics) arrived on kDone.
+  constexpr int kDone = 7;
+  if (warp >= kS + kO) {
+    // ------------------------------------------------------------ load warps
+    sm90::regs_dealloc<56>();
+    const RequestTile rt = s_rt;
+    const CtaCoord cc = cta_coord<Shape::kRowsGrid>(p);
+    const Loader loader(p, cc.req, cc.hk);
+    const int kv_len = rt.kv_len, tile_begin = rt.tile_begin, visits = rt.tile_end - rt.tile_begin;
+    const int lt = tid - CT;
+    const DT* gk = static_cast<const DT*>(p.k);
+    for (int i = 0; i < visits; ++i) {
+      const int st = i % STAGES;
+      if (i >= STAGES) mbar_wait(empty + st, static_cast<uint32_t>((i / STAGES) & 1) ^ 1u);
+      const int j0 = (tile_begin + i) * N;
+      DT* dst = sK + st * N * KS;
+      copy_rows_async<N, 32 * Shape::kLoadWarps, DQK, KS, 0, 0, false>(
+          dst, dst, gk, gk,
+          [&](int r, int64_t* k_off, int64_t* v_off) {
+            const int j = j0 + r;
+            if (j >= kv_len) return false;  // zero rows: masked, and 0 * V stays finite
+            if (loader.row(j, k_off, v_off)) return true;
+            s_bad_kv = 1;
+            return false;
+          },
+          lt);
+      cp_async_arrive_noinc(full + st);
+    }
+    cp_async_wait<0>();
+    named_barrier_arrive(kDone, Shape::kThreads);
+    return;
+  }
+  if (warp < kS) {
+    // ------------------------------------------------------------ S warps
+    sm90::regs_alloc<216>();
+    const RequestTile rt = s_rt;
+    const int hk = cta_coord<Shape::kRowsGrid>(p).hk;
+    const int q_start = rt.q_start, R = rt.R, row0 = rt.row0, G = p.group;
+    const int tile_begin = rt.tile_begin, visits = rt.tile_end - rt.tile_begin;
+    const int rg = warp >> 1, dh = warp & 1;  // rows 16 rg .. 16 rg + 15, dims 288 dh .. 288 dh + 287
+    const int dim0 = dh * (DQK / 2);
+    // Q fragments (A operand) of rows g and g + 8 of the warp's 16, straight from
+    // global memory once: zeros for rows past the request.
+    uint32_t q[KT][4];
+    RowMask rows[2];
+    const DT* gq = static_cast<const DT*>(p.q);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int gr = row0 + rg * 16 + g + 8 * i;
+      rows[i].valid = gr < R;
+      rows[i].t = rows[i].valid ? gr / G : 0;
+      rows[i].words = (!p.causal && rows[i].valid)
+                          ? p.tree_mask + static_cast<int64_t>(q_start + rows[i].t) * p.mask_words
+                          : nullptr;
+      const DT* qrow = gq + (rows[i].valid ? q_row_offset(p, rt, hk, gr) : 0) + dim0 + 2 * t4;
+#pragma unroll
+      for (int kk = 0; kk < KT; ++kk)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          q[kk][i + 2 * h] = rows[i].valid ? *reinterpret_cast<const uint32_t*>(qrow + kk * 16 + 8 * h) : 0u;
+    }
+    const RequestMask rmask{rt.kv_len, rt.prefix, p.mask_words, p.causal != 0};
+    OnlineSoftmaxRow sm[2];
+    sm[0].init();
+    sm[1].init();
+    const int krow = (lane & 7) + ((lane >> 4) << 3), kcol = ((lane >> 3) & 1) * 8 + dim0;
+    DT* p_store = sP + (rg * 16 + g) * PS + 2 * t4;
+    for (int i = 0; i < visits; ++i) {
+      const int st = i % STAGES, b = i & 1;
+      mbar_wait(full + st, static_cast<uint32_t>((i / STAGES) & 1));
+      const DT* K = sK + st * N * KS;
+      float s[NT][4];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+      // The next k-step's K fragments load while this one's MMAs issue.
+      uint32_t kf[2][NT / 2][4];
+#pragma unroll
+      for (int pp = 0; pp < NT / 2; ++pp) ldmatrix_x4(kf[0][pp], K + (pp * 16 + krow) * KS + kcol);
+#pragma unroll
+      for (int kk = 0; kk < KT; ++kk) {
+        if (kk + 1 < KT) {
+#pragma unroll
+          for (int pp = 0; pp < NT / 2; ++pp)
+            ldmatrix_x4(kf[(kk + 1) & 1][pp], K + (pp * 16 + krow) * KS + kcol + (kk + 1) * 16);
+        }
+#pragma unroll
+        for (int pp = 0; pp < NT / 2; ++pp) {
+          mma_m16n8k16<DT>(s[2 * pp], q[kk], kf[kk & 1][pp][0], kf[kk & 1][pp][1]);
+          mma_m16n8k16<DT>(s[2 * pp + 1], q[kk], kf[kk & 1][pp][2], kf[kk & 1][pp][3]);
+        }
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty + st);  // this warp's reads of the stage are done
+      // The partner's half: written and read lane-major (conflict-free).
+      float* mine = sX + ((b * kS + warp) * XF) * 32 + lane;
+      const float* theirs = sX + ((b * kS + (warp ^ 1)) * XF) * 32 + lane;
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) mine[(j * 4 + e) * 32] = s[j][e];
+      named_barrier_sync(kPair + rg, 64);
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[j][e] += theirs[(j * 4 + e) * 32];
+
+      // ---- scale, mask (draft / boundary tiles only), row max ----
+      const int j0 = (tile_begin + i) * N;
+      float mx[2] = {-INFINITY, -INFINITY};
+      if (rmask.tile_needs_mask(j0, N)) {
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int col = j0 + j * 8 + 2 * t4 + (e & 1);
+            float x = s[j][e] * p.scale_log2;
+            if (!rmask.visible(rows[e >> 1], col)) x = -INFINITY;
+            s[j][e] = x;
+            mx[e >> 1] = fmaxf(mx[e >> 1], x);
+          }
+      } else {
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            s[j][e] *= p.scale_log2;
+            mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
+          }
+      }
+      mx[0] = quad_max(mx[0]);
+      mx[1] = quad_max(mx[1]);
+      float base[2], alpha[2];
+      alpha[0] = sm[0].update(mx[0], &base[0]);
+      alpha[1] = sm[1].update(mx[1], &base[1]);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        s[j][0] = fast_exp2(s[j][0] - base[0]);
+        s[j][1] = fast_exp2(s[j][1] - base[0]);
+        s[j][2] = fast_exp2(s[j][2] - base[1]);
+        s[j][3] = fast_exp2(s[j][3] - base[1]);
+        sm[0].l += s[j][0] + s[j][1];
+        sm[1].l += s[j][2] + s[j][3];
+      }
+      named_barrier_sync(kEmptyP + b, CT);  // the O warps are done with P[b] of visit i - 2
+      if (dh == 0) {
+        DT* pb = p_store + b * M * PS;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          *reinterpret_cast<uint32_t*>(pb + j * 8) = DTypeTraits<DT>::pack(s[j][0], s[j][1]);
+          *reinterpret_cast<uint32_t*>(pb + 8 * PS + j * 8) = DTypeTraits<DT>::pack(s[j][2], s[j][3]);
+        }
+        if (t4 == 0) {
+          sAlpha[b * M + rg * 16 + g] = alpha[0];
+          sAlpha[b * M + rg * 16 + g + 8] = alpha[1];
+        }
+      }
+      named_barrier_arrive(kFullP + b, CT);
+    }
+    // The O warps' releases of the last two P buffers (two more than the visits).
+    named_barrier_sync(kEmptyP + (visits & 1), CT);
+    named_barrier_sync(kEmptyP + ((visits + 1) & 1), CT);
+    const float l0 = quad_sum(sm[0].l), l1 = quad_sum(sm[1].l);
+    if (dh == 0 && t4 == 0) {
+      sStat[rg * 16 + g] = sm[0].m;
+      sStat[rg * 16 + g + 8] = sm[1].m;
+      sStat[M + rg * 16 + g] = l0;
+      sStat[M + rg * 16 + g + 8] = l1;
+    }
+    named_barrier_arrive(kDone, Shape::kThreads);
+    return;
+  }
+  // ------------------------------------------------------------ O warps
+  sm90::regs_alloc<216>();
+  const RequestTile rt = s_rt;
+  const CtaCoord cc = cta_coord<Shape::kRowsGrid>(p);
+  const int hk = cc.hk, split = blockIdx.z;  // cc.split, in every grid order
+  const int q_start = rt.q_start, R = rt.R, row0 = rt.row0, G = p.group;
+  const int visits = rt.tile_end - rt.tile_begin;
+  const int col0 = (warp - kS) * OC;
+  float o[2][NTO][4];  // rows 0-15 and 16-31 of the CTA x this warp's value columns
+  {
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int j = 0; j < NTO; ++j) o[mi][j][0] = o[mi][j][1] = o[mi][j][2] = o[mi][j][3] = 0.f;
+    named_barrier_arrive(kEmptyP, CT);  // both P buffers start free
+    named_barrier_arrive(kEmptyP + 1, CT);
+    const DT* p_frag = sP + (lane & 15) * PS + (lane >> 4) * 8;
+    const int v_frag_off = ((lane & 7) + ((lane >> 3) & 1) * 8) * KS + col0 + (lane >> 4) * 8;
+    for (int i = 0; i < visits; ++i) {
+      const int st = i % STAGES, b = i & 1;
+      named_barrier_sync(kFullP + b, CT);
+      // Completed before the S warps passed it; waiting here makes the copies
+      // visible to these warps too (the stage cannot refill before they release it).
+      mbar_wait(full + st, static_cast<uint32_t>((i / STAGES) & 1));
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        const float a0 = sAlpha[b * M + mi * 16 + g], a1 = sAlpha[b * M + mi * 16 + g + 8];
+#pragma unroll
+        for (int j = 0; j < NTO; ++j) {
+          o[mi][j][0] *= a0;
+          o[mi][j][1] *= a0;
+          o[mi][j][2] *= a1;
+          o[mi][j][3] *= a1;
+        }
+      }
+      const DT* pb = p_frag + b * M * PS;
+      const DT* vb = sK + st * N * KS + v_frag_off;
+#pragma unroll
+      for (int kk = 0; kk < N / 16; ++kk) {
+        uint32_t a[2][4];
+        ldmatrix_x4(a[0], pb + kk * 16);
+        ldmatrix_x4(a[1], pb + 16 * PS + kk * 16);
+#pragma unroll
+        for (int jj = 0; jj < NTO / 2; ++jj) {
+          uint32_t bv[4];
+          ldmatrix_x4_trans(bv, vb + kk * 16 * KS + jj * 16);
+#pragma unroll
+          for (int mi = 0; mi < 2; ++mi) {
+            mma_m16n8k16<DT>(o[mi][2 * jj], a[mi], bv[0], bv[1]);
+            mma_m16n8k16<DT>(o[mi][2 * jj + 1], a[mi], bv[2], bv[3]);
+          }
+        }
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty + st);
+      named_barrier_arrive(kEmptyP + b, CT);
+    }
+  }
+  named_barrier_sync(kDone, Shape::kThreads);  // s_bad_kv and the row statistics are visible
+  if (s_bad_kv) {
+    write_nan_rows<Shape, DT>(p, q_start, R, row0, hk, split, tid - 32 * kS, 32 * kO);
+    return;
+  }
+
+  // ---- normalize and store ----
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = mi * 16 + g + 8 * h;
+      const int gr = row0 + r;
+      if (gr >= R) continue;
+      const float l = sStat[M + r];
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const FoldedRow fr = folded_row(q_start, hk, G, gr);
+      if (p.num_splits == 1) {
+        DT* orow = static_cast<DT*>(p.out) + fr.token * p.out_stride_token + fr.head * p.out_stride_head + col0 +
+                   2 * t4;
+#pragma unroll
+        for (int j = 0; j < NTO; ++j)
+          *reinterpret_cast<uint32_t*>(orow + j * 8) =
+              DTypeTraits<DT>::pack(o[mi][j][2 * h] * inv, o[mi][j][2 * h + 1] * inv);
+        if (p.lse != nullptr && col0 == 0 && t4 == 0)
+          p.lse[fr.token * p.lse_stride_token + fr.head * p.lse_stride_head] = OnlineSoftmaxRow::lse(sStat[r], l);
+      } else {
+        const int64_t wrow = workspace_row(split, p.ws_rows, fr.token, p.num_qo_heads, fr.head);
+        float* orow = p.ws_o + wrow * DV + col0 + 2 * t4;
+#pragma unroll
+        for (int j = 0; j < NTO; ++j)
+          *reinterpret_cast<float2*>(orow + j * 8) = make_float2(o[mi][j][2 * h] * inv, o[mi][j][2 * h + 1] * inv);
+        if (col0 == 0 && t4 == 0) p.ws_lse[wrow] = OnlineSoftmaxRow::lse(sStat[r], l);
+      }
+    }
+}
+
+}  // namespace verify_attn
+
+#endif  // VERIFY_ATTN_MLA_SPLIT_KERNEL_CUH_
