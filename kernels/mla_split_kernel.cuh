@@ -36,6 +36,19 @@
 #include "kernels/plan.h"
 #include "kernels/sm90/sync.cuh"
 
+// setmaxnreg (and mbarrier.try_wait.parity, fence.mbarrier_init) exist only in
+// the arch-specific images (sm_90a, sm_100a, sm_120a): elsewhere (a build for
+// sm_80 / sm_86 / sm_89 / sm_90 / sm_120, which the portable kernel supports)
+// the kernel is a stub that traps, and the plan never selects it there
+// (kernels/plan.cc, built_arch_specific). Without this guard such a build fails
+// in ptxas.
+#if defined(__CUDA_ARCH__) && (defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(__CUDA_ARCH_FEAT_SM100_ALL) || \
+                               defined(__CUDA_ARCH_FEAT_SM120_ALL))
+#define VA_MLA_SPLIT_BODY 1
+#else
+#define VA_MLA_SPLIT_BODY 0
+#endif
+
 namespace verify_attn {
 
 // This thread's cp.async copies issued so far complete on `bar` as one
@@ -46,6 +59,7 @@ __device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {
 
 template <class Shape, typename DT, class Loader>
 __global__ void __launch_bounds__(Shape::kThreads, 1) mla_split_kernel(const KernelParams p) {
+#if VA_MLA_SPLIT_BODY
   using sm90::mbar_arrive;
   using sm90::mbar_init;
   using sm90::mbar_wait;
@@ -63,6 +77,11 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_split_kernel(const Ker
   constexpr int XF = Shape::kXFloats;   // partial scores per lane
   static_assert(M == 32 && kS == 4 && kO == 4 && Shape::kLoadWarps == 4 && NT % 2 == 0 && NTO % 2 == 0,
                 "the roles below assume this shape");
+  // setmaxnreg 56 (load warpgroup) / 216 (S and O warpgroups) below: what the
+  // load warps give back must cover what the others take from the 65536 / 384
+  // -> 168 registers per thread the CTA enters with, else setmaxnreg.inc waits
+  // forever (tools/checks/cubin_archs_test.py checks the 168).
+  static_assert(32 * Shape::kLoadWarps * 56 + CT * 216 <= Shape::kThreads * 168, "setmaxnreg budget");
   constexpr int kFullP = 1, kEmptyP = 3, kPair = 5;  // named barriers (0 is __syncthreads): [2], [2], [2]
 
   extern __shared__ __align__(16) unsigned char smem[];
@@ -364,6 +383,10 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_split_kernel(const Ker
         if (col0 == 0 && t4 == 0) p.ws_lse[wrow] = OnlineSoftmaxRow::lse(sStat[r], l);
       }
     }
+#else
+  // Built for an architecture without setmaxnreg: the plan never selects this kernel there.
+  __trap();
+#endif
 }
 
 }  // namespace verify_attn

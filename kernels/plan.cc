@@ -97,6 +97,23 @@ bool rows_hint_ok(const va_params& p) {
   return p.k_stride_page == p.k_stride_token && rows_map_ok(p.k, p.k_stride_token, p.num_pages);
 }
 
+// The warp-role MLA kernel (setmaxnreg) has a body only in arch-specific
+// images (kernels/mla_split_kernel.cuh, VA_MLA_SPLIT_BODY): planned only where
+// this build carries the device's sm_XYa image (a plain sm_80 / sm_90 / sm_120
+// image gets a stub that traps).
+bool built_arch_specific(int sm_arch) {
+  const char* archs = va_compiled_archs();
+  if (archs == nullptr) return false;
+  char want[16];
+  std::snprintf(want, sizeof(want), "sm_%da", sm_arch);
+  const std::string list = std::string(",") + archs + ",";
+  return list.find(std::string(",") + want + ",") != std::string::npos;
+}
+
+bool image_ok(int id, const DeviceInfo& dev) {
+  return id != kCfgMlaSplitM32N32 || built_arch_specific(dev.sm_arch);
+}
+
 bool layout_ok(int id, const va_params& p) {
   if (id == kCfgMlaWgmmaSeesawTma) return tma_k_cache_ok(p);
   if (id == kCfgMlaWgmmaSeesawRows) return rows_hint_ok(p);
@@ -274,7 +291,7 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
     if (sm90a && tma_k_cache_ok(p)) cands[n++] = kCfgMlaWgmmaSeesawTma;
     if (sm90a && rows_hint_ok(p)) cands[n++] = kCfgMlaWgmmaSeesawRows;
     if (sm90a) cands[n++] = kCfgMlaWgmmaM64N64PR;
-    cands[n++] = kCfgMlaSplitM32N32;
+    if (image_ok(kCfgMlaSplitM32N32, dev)) cands[n++] = kCfgMlaSplitM32N32;
     cands[n++] = kCfgMlaM32N32S1;
   } else if (p.head_dim_qk == 64) {
     cands[n++] = kCfgGqa64M64N64S2;
@@ -292,7 +309,8 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
     const bool serves = fd.mla == mla && (mla || fd.head_dim_qk == p.head_dim_qk);
     const bool arch_ok =
         fd.only_arch == 0 || (fd.only_arch == dev.sm_arch && (!fd.wgmma || built_sm90a()));
-    if (serves && arch_ok && layout_ok(forced, p) && fd.smem_bytes <= smem_cap) chosen = forced;
+    if (serves && arch_ok && image_ok(forced, dev) && layout_ok(forced, p) && fd.smem_bytes <= smem_cap)
+      chosen = forced;
   }
   for (int i = 0; i < n && chosen < 0; ++i) {
     if (kDescs[cands[i]].smem_bytes <= smem_cap) {
