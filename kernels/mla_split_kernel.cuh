@@ -147,6 +147,11 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_split_kernel(const Ker
           lt);
       cp_async_arrive_noinc(full + st);
     }
+    // cp.async.wait_group waits only for committed groups, and these copies
+    // were never committed (their completion goes to `full`): commit them
+    // first, so nothing of this thread is still in flight when it exits
+    // (cp.async.wait_all, as tools/dev/microbench/mla_core.cu does).
+    cp_async_commit();
     cp_async_wait<0>();
     named_barrier_arrive(kDone, Shape::kThreads);
     return;
