@@ -29,6 +29,7 @@
 #include "kernels/core/mma.cuh"
 #include "kernels/core/pdl.cuh"
 #include "kernels/core/request.cuh"
+#include "kernels/core/scores.cuh"
 #include "kernels/core/softmax.cuh"
 #include "kernels/core/types.cuh"
 #include "kernels/launch.h"
@@ -181,29 +182,8 @@ __global__ void __launch_bounds__(Shape::kThreads, VA_MIN_BLOCKS(Shape))
 
     // ---- scale, mask (draft / boundary tiles only), row max ----
     const int j0 = it * N;
-    float mx[2] = {-INFINITY, -INFINITY};
-    if (rmask.tile_needs_mask(j0, N)) {
-#pragma unroll
-      for (int j = 0; j < NT_S; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = j0 + wn * NW + j * 8 + 2 * t4 + (e & 1);
-          float x = s[j][e] * p.scale_log2;
-          if (!rmask.visible(rows[e >> 1], col)) x = -INFINITY;
-          s[j][e] = x;
-          mx[e >> 1] = fmaxf(mx[e >> 1], x);
-        }
-    } else {
-#pragma unroll
-      for (int j = 0; j < NT_S; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[j][e] *= p.scale_log2;
-          mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
-        }
-    }
-    mx[0] = quad_max(mx[0]);
-    mx[1] = quad_max(mx[1]);
+    float mx[2];
+    scale_mask_row_max<NT_S>(s, rmask, rows, j0, N, wn * NW, t4, p.scale_log2, mx);
     if constexpr (WN > 1) {
       if (t4 == 0) {
         red_max[wn * M + wm * 16 + g] = mx[0];

@@ -29,6 +29,7 @@
 #include "kernels/core/mask.cuh"
 #include "kernels/core/mma.cuh"
 #include "kernels/core/request.cuh"
+#include "kernels/core/scores.cuh"
 #include "kernels/core/softmax.cuh"
 #include "kernels/core/types.cuh"
 #include "kernels/launch.h"
@@ -232,29 +233,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_split_kernel(const Ker
 
       // ---- scale, mask (draft / boundary tiles only), row max ----
       const int j0 = (tile_begin + i) * N;
-      float mx[2] = {-INFINITY, -INFINITY};
-      if (rmask.tile_needs_mask(j0, N)) {
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int col = j0 + j * 8 + 2 * t4 + (e & 1);
-            float x = s[j][e] * p.scale_log2;
-            if (!rmask.visible(rows[e >> 1], col)) x = -INFINITY;
-            s[j][e] = x;
-            mx[e >> 1] = fmaxf(mx[e >> 1], x);
-          }
-      } else {
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            s[j][e] *= p.scale_log2;
-            mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
-          }
-      }
-      mx[0] = quad_max(mx[0]);
-      mx[1] = quad_max(mx[1]);
+      float mx[2];
+      scale_mask_row_max<NT>(s, rmask, rows, j0, N, 0, t4, p.scale_log2, mx);
       float base[2], alpha[2];
       alpha[0] = sm[0].update(mx[0], &base[0]);
       alpha[1] = sm[1].update(mx[1], &base[1]);
