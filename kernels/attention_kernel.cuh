@@ -105,15 +105,7 @@ __global__ void __launch_bounds__(Shape::kThreads, VA_MIN_BLOCKS(Shape))
   auto load_kv = [&](int tile, int buf) {
     const int j0 = tile * N;
     copy_rows_async<N, kThreads, DQK, KS, DV, VS, !Shape::kVIsK>(
-        sK + buf * N * KS, sV + buf * N * VS, gk, gv,
-        [&](int r, int64_t* k_off, int64_t* v_off) {
-          const int j = j0 + r;
-          if (j >= kv_len) return false;  // zero rows: masked, and 0 * V stays finite
-          if (loader.row(j, k_off, v_off)) return true;
-          s_bad_kv = 1;
-          return false;
-        },
-        tid);
+        sK + buf * N * KS, sV + buf * N * VS, gk, gv, KvTileRows<Loader>{loader, j0, kv_len, &s_bad_kv}, tid);
   };
   if constexpr (Shape::kStages == 2) {
     if (tile_begin < tile_end) load_kv(tile_begin, 0);

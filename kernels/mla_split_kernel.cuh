@@ -137,15 +137,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_split_kernel(const Ker
       const int j0 = (tile_begin + i) * N;
       DT* dst = sK + st * N * KS;
       copy_rows_async<N, 32 * Shape::kLoadWarps, DQK, KS, 0, 0, false>(
-          dst, dst, gk, gk,
-          [&](int r, int64_t* k_off, int64_t* v_off) {
-            const int j = j0 + r;
-            if (j >= kv_len) return false;  // zero rows: masked, and 0 * V stays finite
-            if (loader.row(j, k_off, v_off)) return true;
-            s_bad_kv = 1;
-            return false;
-          },
-          lt);
+          dst, dst, gk, gk, KvTileRows<Loader>{loader, j0, kv_len, &s_bad_kv}, lt);
       cp_async_arrive_noinc(full + st);
     }
     // cp.async.wait_group waits only for committed groups, and these copies

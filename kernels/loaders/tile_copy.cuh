@@ -43,6 +43,24 @@ __device__ __forceinline__ void copy_rows_async(DT* sk, DT* sv, const DT* gk, co
   }
 }
 
+// copy_rows_async's row function for the KV tile whose first row is j0: rows
+// past kv_len are zero-filled (masked, and 0 * V stays finite); a row at a bad
+// index (Loader::row flags it in the error word) is zero-filled and sets *bad,
+// so that the CTA writes its rows as NaN.
+template <class Loader>
+struct KvTileRows {
+  const Loader& loader;
+  int j0, kv_len;
+  int* bad;  // shared memory
+  __device__ __forceinline__ bool operator()(int r, int64_t* k_off, int64_t* v_off) const {
+    const int j = j0 + r;
+    if (j >= kv_len) return false;
+    if (loader.row(j, k_off, v_off)) return true;
+    *bad = 1;
+    return false;
+  }
+};
+
 }  // namespace verify_attn
 
 #endif  // VERIFY_ATTN_LOADERS_TILE_COPY_CUH_
