@@ -52,12 +52,6 @@
 
 namespace verify_attn {
 
-// This thread's cp.async copies issued so far complete on `bar` as one
-// arrival (the barrier counts every loading thread).
-__device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
-}
-
 template <class Shape, typename DT, class Loader>
 __global__ void __launch_bounds__(Shape::kThreads, 1) mla_split_kernel(const KernelParams p) {
 #if VA_MLA_SPLIT_BODY
@@ -138,7 +132,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_split_kernel(const Ker
       DT* dst = sK + st * N * KS;
       copy_rows_async<N, 32 * Shape::kLoadWarps, DQK, KS, 0, 0, false>(
           dst, dst, gk, gk, KvTileRows<Loader>{loader, j0, kv_len, &s_bad_kv}, lt);
-      cp_async_arrive_noinc(full + st);
+      sm90::cp_async_arrive_noinc(full + st);
     }
     // cp.async.wait_group waits only for committed groups, and these copies
     // were never committed (their completion goes to `full`): commit them
