@@ -114,16 +114,7 @@ __global__ void __launch_bounds__(Shape::kThreads, VA_MIN_BLOCKS(Shape))
 
   // ---- per-thread rows: g and g + 8 of the warp's 16-row slice ----
   const RequestMask rmask{kv_len, prefix, p.mask_words, p.causal != 0};
-  RowMask rows[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int gr = row0 + wm * 16 + g + 8 * i;
-    rows[i].valid = gr < R;
-    rows[i].t = rows[i].valid ? gr / G : 0;
-    rows[i].words = (!p.causal && rows[i].valid)
-                        ? p.tree_mask + static_cast<int64_t>(q_start + rows[i].t) * p.mask_words
-                        : nullptr;
-  }
+  const RowMask rows[2] = {row_mask(p, rt, row0 + wm * 16 + g), row_mask(p, rt, row0 + wm * 16 + g + 8)};
 
   OnlineSoftmaxRow sm[2];
   sm[0].init();

@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_split_kernel(const Ker
     sm90::regs_alloc<216>();
     const RequestTile rt = s_rt;
     const int hk = cta_coord<Shape::kRowsGrid>(p).hk;
-    const int q_start = rt.q_start, R = rt.R, row0 = rt.row0, G = p.group;
+    const int row0 = rt.row0;
     const int tile_begin = rt.tile_begin, visits = rt.tile_end - rt.tile_begin;
     const int rg = warp >> 1, dh = warp & 1;  // rows 16 rg .. 16 rg + 15, dims 288 dh .. 288 dh + 287
     const int dim0 = dh * (DQK / 2);
@@ -160,11 +160,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_split_kernel(const Ker
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int gr = row0 + rg * 16 + g + 8 * i;
-      rows[i].valid = gr < R;
-      rows[i].t = rows[i].valid ? gr / G : 0;
-      rows[i].words = (!p.causal && rows[i].valid)
-                          ? p.tree_mask + static_cast<int64_t>(q_start + rows[i].t) * p.mask_words
-                          : nullptr;
+      rows[i] = row_mask(p, rt, gr);
       const DT* qrow = gq + (rows[i].valid ? q_row_offset(p, rt, hk, gr) : 0) + dim0 + 2 * t4;
 #pragma unroll
       for (int kk = 0; kk < KT; ++kk)

@@ -181,6 +181,16 @@ __device__ void write_nan_rows(const KernelParams& p, int q_start, int R, int ro
   }
 }
 
+// The mask of the request's folded row gr (any int; rows past R are not valid):
+// its token's draft index and, for a tree, its mask words.
+__device__ __forceinline__ RowMask row_mask(const KernelParams& p, const RequestTile& rt, int gr) {
+  RowMask m;
+  m.valid = gr < rt.R;
+  m.t = m.valid ? gr / p.group : 0;
+  m.words = (!p.causal && m.valid) ? p.tree_mask + static_cast<int64_t>(rt.q_start + m.t) * p.mask_words : nullptr;
+  return m;
+}
+
 // Element offset in q of the request's folded row gr (< R): token
 // q_start + gr / group, query head hk * group + gr % group.
 __device__ __forceinline__ int64_t q_row_offset(const KernelParams& p, const RequestTile& rt, int hk,
