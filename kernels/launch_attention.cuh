@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "kernels/attention_kernel.cuh"
+#include "kernels/gqa_roles_kernel.cuh"
 #include "kernels/launch.h"
 #include "kernels/mla_split_kernel.cuh"
 #include "kernels/pdl_launch.h"
@@ -31,8 +32,10 @@ constexpr auto kernel_for() {
     } else {
       return mla_wgmma_kernel<Shape, DT, Loader>;
     }
-  } else if constexpr (Shape::kSplitRoles) {
+  } else if constexpr (Shape::kSplitRoles && Shape::kVIsK) {
     return mla_split_kernel<Shape, DT, Loader>;
+  } else if constexpr (Shape::kSplitRoles) {
+    return gqa_roles_kernel<Shape, DT, Loader>;
   } else {
     return attention_kernel<Shape, DT, Loader>;
   }
@@ -158,6 +161,8 @@ va_status launch_attention(const KernelParams& kp, const Plan& plan, int dtype, 
     case kCfgMlaWgmmaSeesawTma: return launch_config<kCfgMlaWgmmaSeesawTma, Loader>(kp, plan, dtype, stream);
     case kCfgMlaWgmmaSeesawRows: return launch_config<kCfgMlaWgmmaSeesawRows, Loader>(kp, plan, dtype, stream);
     case kCfgMlaSplitM32N32: return launch_config<kCfgMlaSplitM32N32, Loader>(kp, plan, dtype, stream);
+    case kCfgGqa64Roles: return launch_config<kCfgGqa64Roles, Loader>(kp, plan, dtype, stream);
+    case kCfgGqa128Roles: return launch_config<kCfgGqa128Roles, Loader>(kp, plan, dtype, stream);
     default: break;
   }
   return va_fail(VA_ERR_UNSUPPORTED, "config: unknown configuration id %d",

@@ -37,24 +37,11 @@
 #include "kernels/plan.h"
 #include "kernels/sm90/sync.cuh"
 
-// setmaxnreg (and mbarrier.try_wait.parity, fence.mbarrier_init) exist only in
-// the arch-specific images (sm_90a, sm_100a, sm_120a): elsewhere (a build for
-// sm_80 / sm_86 / sm_89 / sm_90 / sm_120, which the portable kernel supports)
-// the kernel is a stub that traps, and the plan never selects it there
-// (kernels/plan.cc, built_arch_specific). Without this guard such a build fails
-// in ptxas.
-#if defined(__CUDA_ARCH__) && (defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(__CUDA_ARCH_FEAT_SM100_ALL) || \
-                               defined(__CUDA_ARCH_FEAT_SM120_ALL))
-#define VA_MLA_SPLIT_BODY 1
-#else
-#define VA_MLA_SPLIT_BODY 0
-#endif
-
 namespace verify_attn {
 
 template <class Shape, typename DT, class Loader>
 __global__ void __launch_bounds__(Shape::kThreads, 1) mla_split_kernel(const KernelParams p) {
-#if VA_MLA_SPLIT_BODY
+#if VA_ARCH_SPECIFIC_BODY
   using sm90::mbar_arrive;
   using sm90::mbar_init;
   using sm90::mbar_wait;

@@ -43,6 +43,8 @@ const ConfigDesc kDescs[kNumConfigs] = {
     make_desc<kCfgMlaWgmmaSeesawTma>("mla_wgmma_seesaw_tma"),
     make_desc<kCfgMlaWgmmaSeesawRows>("mla_wgmma_seesaw_tma_rows"),
     make_desc<kCfgMlaSplitM32N32>("mla_split_m32n32"),
+    make_desc<kCfgGqa64Roles>("gqa_d64_roles_m128n64"),
+    make_desc<kCfgGqa128Roles>("gqa_d128_roles_m128n64"),
 };
 
 // Split-K rule: only when the unsplit grid is under one wave; then aim at
@@ -97,8 +99,8 @@ bool rows_hint_ok(const va_params& p) {
   return p.k_stride_page == p.k_stride_token && rows_map_ok(p.k, p.k_stride_token, p.num_pages);
 }
 
-// The warp-role MLA kernel (setmaxnreg) has a body only in arch-specific
-// images (kernels/mla_split_kernel.cuh, VA_MLA_SPLIT_BODY): planned only where
+// The warp-role kernels (mbarriers, setmaxnreg) have a body only in arch-specific
+// images (kernels/sm90/sync.cuh, VA_ARCH_SPECIFIC_BODY): planned only where
 // this build carries the device's sm_XYa image (a plain sm_80 / sm_90 / sm_120
 // image gets a stub that traps).
 bool built_arch_specific(int sm_arch) {
@@ -111,7 +113,8 @@ bool built_arch_specific(int sm_arch) {
 }
 
 bool image_ok(int id, const DeviceInfo& dev) {
-  return id != kCfgMlaSplitM32N32 || built_arch_specific(dev.sm_arch);
+  const bool roles = id == kCfgMlaSplitM32N32 || id == kCfgGqa64Roles || id == kCfgGqa128Roles;
+  return !roles || built_arch_specific(dev.sm_arch);
 }
 
 bool layout_ok(int id, const va_params& p) {
@@ -294,8 +297,12 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
     if (image_ok(kCfgMlaSplitM32N32, dev)) cands[n++] = kCfgMlaSplitM32N32;
     cands[n++] = kCfgMlaM32N32S1;
   } else if (p.head_dim_qk == 64) {
+    // The warp-role kernel where this build has the device's arch-specific
+    // image; the one-tile kernel behind it.
+    if (image_ok(kCfgGqa64Roles, dev)) cands[n++] = kCfgGqa64Roles;
     cands[n++] = kCfgGqa64M64N64S2;
   } else if (p.head_dim_qk == 128) {
+    if (image_ok(kCfgGqa128Roles, dev)) cands[n++] = kCfgGqa128Roles;
     cands[n++] = kCfgGqa128M64N64S2;
   } else {
     cands[n++] = kCfgGqa256M64N32S2;

@@ -173,6 +173,46 @@ struct TileShapeSplitMla {
   static_assert(kN % 16 == 0 && kStages >= 2, "tile");
 };
 
+// Portable GQA / MHA (head_dim D for Q, K and V) with its work split by warp
+// role (kernels/gqa_roles_kernel.cuh): M = 16 x CW folded query rows per CTA,
+// KV tiles of N rows in a ring of STAGES shared-memory stages.
+//   LW load warps gather each tile's K and V rows with cp.async, every
+//     thread's copies completing on the stage's "full" mbarrier;
+//   CW consumer warps of 16 rows each keep their Q fragments (D / 4
+//     registers), the tile's scores (N / 2) and their O (D / 2) in registers,
+//     reduce the softmax within a quad of lanes and feed P to P V from
+//     registers: no shared memory besides K and V, no CTA barrier in the loop.
+// Every K / V fragment an ldmatrix brings feeds one m16 tile: 256 bytes of
+// shared memory per mma in both products (the one-tile kernel's D128
+// configuration reads 384 and 320).
+// Shared memory: K and V [STAGES][N][D + 8] each, 2 x STAGES mbarriers.
+// The CTA enters with 168 registers per thread (65536 / 384); setmaxnreg
+// gives the consumers 224 and the load warpgroup 56.
+template <int D_, int CW_, int N_, int STAGES_, int LW_>
+struct TileShapeRolesGqa {
+  static constexpr bool kWgmma = false;
+  static constexpr bool kSplitRoles = true;  // kernels/launch_attention.cuh, kernel_for: V_IS_K picks the MLA one
+  static constexpr bool kRowsGrid = false;
+  static constexpr bool kSkipDraftTiles = false;
+  static constexpr int kMinBlocks = 1;
+  static constexpr int kDqk = D_;
+  static constexpr int kDv = D_;
+  static constexpr bool kVIsK = false;
+  static constexpr int kConsumerWarps = CW_;
+  static constexpr int kLoadWarps = LW_;
+  static constexpr int kWarps = CW_ + LW_;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kM = 16 * CW_;
+  static constexpr int kN = N_;
+  static constexpr int kStages = STAGES_;
+  static constexpr int kKStride = D_ + 8;  // elements: odd 16-byte chunks per row (ldmatrix)
+  static constexpr int kKBytes = kStages * kN * kKStride * 2;
+  static constexpr int kVBytes = kKBytes;
+  static constexpr int kBarBytes = 2 * kStages * 8;
+  static constexpr int kSmemBytes = kKBytes + kVBytes + kBarBytes;
+  static_assert(D_ % 16 == 0 && kN % 16 == 0 && kStages >= 2, "tile");
+};
+
 // The rules of the TMA kernel's map of a K cache's rows (kernels/sm90/tma_host.h,
 // encode_k_rows_tmap; flat caches, and page_size 1 caches with the kv_slot_runs
 // hint): `rows` rows `stride` elements apart from a 16-byte aligned `k`, the
@@ -209,6 +249,8 @@ enum ConfigId : int {
   kCfgMlaWgmmaSeesawTma,  // sm_90a MLA, TMA refills + seesaw: paged page_size % 64 == 0; flat
   kCfgMlaWgmmaSeesawRows, // the same through the rows map + gathers: page_size 1, kv_slot_runs hint
   kCfgMlaSplitM32N32,     // portable MLA by warp roles: sm_120 (and sm_90 planned as sm_120)
+  kCfgGqa64Roles,         // GQA / MHA head_dim 64 by warp roles: arch-specific images
+  kCfgGqa128Roles,        // head_dim 128 by warp roles: arch-specific images
   kNumConfigs
 };
 
@@ -227,6 +269,11 @@ template <> struct ConfigShape<kCfgMlaWgmmaM64N64PR> { using type = TileShapeWgm
 template <> struct ConfigShape<kCfgMlaWgmmaSeesawTma> { using type = TileShapeWgmmaMla<true>; };
 template <> struct ConfigShape<kCfgMlaWgmmaSeesawRows> { using type = TileShapeWgmmaMla<true, true>; };
 template <> struct ConfigShape<kCfgMlaSplitM32N32> { using type = TileShapeSplitMla<32, 2>; };
+// 8 consumer warps (two per scheduler: one's softmax under the other's MMAs)
+// and a load warpgroup, 384 threads. Two stages of 64-row K and V tiles:
+// 69,664 bytes at D128 (sm_120: one CTA per SM), 36,896 at D64.
+template <> struct ConfigShape<kCfgGqa64Roles> { using type = TileShapeRolesGqa<64, 8, 64, 2, 4>; };
+template <> struct ConfigShape<kCfgGqa128Roles> { using type = TileShapeRolesGqa<128, 8, 64, 2, 4>; };
 
 // Whether a tile shape loads K by TMA (its tensor map encoded per launch).
 template <class S>

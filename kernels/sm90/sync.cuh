@@ -12,6 +12,19 @@
 
 #include "kernels/core/mma.cuh"
 
+// setmaxnreg (and mbarrier.try_wait.parity, fence.mbarrier_init) exist only in
+// the arch-specific images (sm_90a, sm_100a, sm_120a): elsewhere (a build for
+// sm_80 / sm_86 / sm_89 / sm_90 / sm_120, which the portable kernel supports)
+// the warp-role kernels (kernels/mla_split_kernel.cuh, kernels/gqa_roles_kernel.cuh)
+// are stubs that trap, and the plan never selects them there (kernels/plan.cc,
+// built_arch_specific). Without this guard such a build fails in ptxas.
+#if defined(__CUDA_ARCH__) && (defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(__CUDA_ARCH_FEAT_SM100_ALL) || \
+                               defined(__CUDA_ARCH_FEAT_SM120_ALL))
+#define VA_ARCH_SPECIFIC_BODY 1
+#else
+#define VA_ARCH_SPECIFIC_BODY 0
+#endif
+
 namespace verify_attn {
 namespace sm90 {
 

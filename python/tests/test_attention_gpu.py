@@ -259,10 +259,13 @@ def run_case(c, seed, device="cuda"):
 # ("cp_async", mla_wgmma_m64n64_pipe_rows, which the plan picks for page sizes
 # below 64), forced onto every layout; and the warp-role mma.sync kernel
 # ("mma_split", mla_split_m32n32: what the plan picks on sm_120), forced.
-# test_mla_path_pinned checks which one ran.
+# test_mla_path_pinned checks which one ran. GQA / MHA at head_dim 64 / 128
+# runs the warp-role kernel (the plan's choice) and the one-tile kernel
+# behind it ("gqa_tile", testing.ONE_TILE_GQA), forced.
 CASE_PATHS = ([(c, "auto") for c in CASES] + [(c, "mma_sync") for c in CASES if MODELS[c["model"]].mla]
               + [(c, "mma_split") for c in CASES if MODELS[c["model"]].mla]
-              + [(c, "cp_async") for c in CASES if MODELS[c["model"]].mla])
+              + [(c, "cp_async") for c in CASES if MODELS[c["model"]].mla]
+              + [(c, "gqa_tile") for c in CASES if MODELS[c["model"]].d_qk in testing.ONE_TILE_GQA])
 
 
 def expected_path(mla, forced_mma_sync=False):
@@ -273,14 +276,22 @@ def expected_path(mla, forced_mma_sync=False):
 def test_kernel_matches_reference(case, path, kernel_path):
     if path == "cp_async" and not _sm90():
         pytest.skip("the wgmma path is sm_90 only")
-    kernel_path(path)
-    if path in ("cp_async", "mma_split"):
+    d = MODELS[case["model"]].d_qk
+    if path == "gqa_tile":
+        kernel_path(testing.KernelPath(config=testing.ONE_TILE_GQA[d]))
+    else:
+        kernel_path(path)
+    want = {"cp_async": CP_ASYNC_MLA, "mma_split": testing.SPLIT_MLA,
+            "gqa_tile": testing.ONE_TILE_GQA.get(d)}.get(path)
+    if path == "auto" and not MODELS[case["model"]].mla:
+        want = testing.ROLES_GQA.get(d)
+    if want is not None:
         info = testing.plan_info(build_problem(case, 0, "cuda"))
-        assert info["name"].endswith(CP_ASYNC_MLA if path == "cp_async" else testing.SPLIT_MLA), info
+        assert info["name"].endswith(want), info
     seed = new_seed()
     err = run_case(case, seed)
     key = case["layout"] + {"auto": "", "mma_sync": " (mla on mma.sync)", "mma_split": " (mla on mma.sync roles)",
-                            "cp_async": " (mla on wgmma, cp.async)"}[path]
+                            "cp_async": " (mla on wgmma, cp.async)", "gqa_tile": " (gqa one-tile)"}[path]
     if MODELS[case["model"]].mla and path == "auto":
         key += f" (mla on {expected_path(True).rstrip('_')})"
     if err >= WORST.get(key, (-1.0, ""))[0]:

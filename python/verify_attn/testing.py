@@ -70,6 +70,8 @@ __all__ = [
     "CP_ASYNC_MLA",
     "TMA_MLA",
     "TMA_ROWS_MLA",
+    "ROLES_GQA",
+    "ONE_TILE_GQA",
     "reference",
     "rel_err",
     "check",
@@ -585,6 +587,10 @@ SPLIT_MLA = "mla_split_m32n32"                # MLA on mma.sync by warp roles: s
 CP_ASYNC_MLA = "mla_wgmma_m64n64_pipe_rows"   # sm_90a: K by cp.async through a staged row table
 TMA_MLA = "mla_wgmma_seesaw_tma"              # sm_90a: K by TMA, page_size % 64 == 0 or flat
 TMA_ROWS_MLA = "mla_wgmma_seesaw_tma_rows"    # sm_90a: K by TMA through the rows map (kv_slot_runs)
+# GQA / MHA by head_dim: the warp-role kernel (the plan's choice where the
+# wheel has the device's arch-specific image) and the one-tile kernel behind it.
+ROLES_GQA = {64: "gqa_d64_roles_m128n64", 128: "gqa_d128_roles_m128n64"}
+ONE_TILE_GQA = {64: "gqa_d64_m64n64_s2", 128: "gqa_d128_m64n64_s2"}
 
 
 @dataclasses.dataclass(frozen=True)

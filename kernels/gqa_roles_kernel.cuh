@@ -1,0 +1,257 @@
+// The portable GQA / MHA kernel (head_dim 64 / 128) with its work split by
+// warp role, for mma.sync (sm_120 and the GQA path of every architecture;
+// kernels/plan.h, TileShapeRolesGqa, says the shape and the shared-memory
+// layout; docs/design_portable.md counts why).
+//
+// Grid and prologue as every kernel (kernels/core/request.cuh): a CTA owns M
+// = 16 x (consumer warps) folded rows (token-major, the group's heads
+// fastest) of one (request, KV head) and the KV tiles of its split. Per KV
+// tile (visit i, stage i % STAGES):
+//   load warps      wait until the stage is free, gather its N rows of K and
+//                   V (zero rows past kv_len or at a bad index, which is
+//                   flagged) with cp.async, each thread's copies completing on
+//                   the stage's `full` mbarrier;
+//   consumer warps  each 16 rows x every column of the tile, as
+//                   FlashAttention-2 splits a tile between warps: wait `full`,
+//                   S = Q K^T with the warp's Q fragments held in registers for
+//                   the whole loop (loaded once, from global memory), scale and
+//                   mask, the online softmax with the row max and sum reduced
+//                   within the quad of lanes that holds a row (no shared memory,
+//                   no CTA barrier), P converted in registers from the score
+//                   accumulators to the A operand of O += P V, then the stage
+//                   released.
+// After the loop the consumers normalize and store O (or the split's partial
+// O and lse) once the load warps are done (the bad-index flag).
+#ifndef VERIFY_ATTN_GQA_ROLES_KERNEL_CUH_
+#define VERIFY_ATTN_GQA_ROLES_KERNEL_CUH_
+
+#include <stdint.h>
+
+#include "kernels/core/mask.cuh"
+#include "kernels/core/mma.cuh"
+#include "kernels/core/request.cuh"
+#include "kernels/core/scores.cuh"
+#include "kernels/core/softmax.cuh"
+#include "kernels/core/types.cuh"
+#include "kernels/launch.h"
+#include "kernels/loaders/tile_copy.cuh"
+#include "kernels/plan.h"
+#include "kernels/sm90/sync.cuh"
+
+namespace verify_attn {
+
+template <class Shape, typename DT, class Loader>
+__global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_kernel(const KernelParams p) {
+#if VA_ARCH_SPECIFIC_BODY
+  using sm90::mbar_arrive;
+  using sm90::mbar_init;
+  using sm90::mbar_wait;
+  constexpr int M = Shape::kM, N = Shape::kN, STAGES = Shape::kStages, D = Shape::kDqk;
+  constexpr int KS = Shape::kKStride;   // K and V rows (elements)
+  constexpr int CW = Shape::kConsumerWarps, LW = Shape::kLoadWarps;
+  constexpr int NT = N / 8;    // n8 score tiles of a warp (every column of the tile)
+  constexpr int KT = D / 16;   // k16 steps of Q K^T
+  constexpr int NTO = D / 8;   // n8 output tiles of a warp (every value column)
+  static_assert(M == 16 * CW && N % 16 == 0 && NT % 2 == 0 && NTO % 2 == 0, "tile shape");
+  constexpr int kDone = 1;     // named barrier (0 is __syncthreads)
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  DT* sK = reinterpret_cast<DT*>(smem);                                 // [STAGES][N][KS]
+  DT* sV = reinterpret_cast<DT*>(smem + Shape::kKBytes);                // [STAGES][N][KS]
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Shape::kKBytes + Shape::kVBytes);  // [STAGES]
+  uint64_t* empty = full + STAGES;                                      // [STAGES]
+  __shared__ int s_bad_kv;  // a KV row of this CTA had a bad index: its rows become NaN
+
+  __shared__ RequestTile s_rt;
+  // setmaxnreg 56 (load warpgroup) / 224 (the two consumer warpgroups): what
+  // the load warps give back covers what the consumers take from the
+  // 65536 / 384 -> 168 registers per thread the CTA enters with, else
+  // setmaxnreg.inc waits forever (tools/checks/cubin_archs_test.py checks the 168).
+  static_assert(LW == 4 && CW % 4 == 0 && 32 * LW * 56 + 32 * CW * 224 <= Shape::kThreads * 168,
+                "setmaxnreg budget");
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  // Nothing computed here stays in registers past the role split (a value live
+  // across setmaxnreg costs a local-memory spill, ptxas): each role re-derives
+  // what it needs from blockIdx, the parameters and s_rt.
+  {
+    const CtaCoord cc = cta_coord<Shape::kRowsGrid>(p);
+    const Loader loader(p, cc.req, cc.hk);
+    RequestTile rt;
+    if (!start_request<Shape, DT, Loader>(p, loader, cc.hk, &rt)) return;
+    if (tid == 0) {
+      s_rt = rt;
+      s_bad_kv = 0;
+      for (int s = 0; s < STAGES; ++s) {
+        mbar_init(full + s, 32 * LW);
+        mbar_init(empty + s, CW);
+      }
+      sm90::mbar_init_fence();
+    }
+  }
+  __syncthreads();
+
+  if (warp >= CW) {
+    // ------------------------------------------------------------ load warps
+    sm90::regs_dealloc<56>();
+    const RequestTile rt = s_rt;
+    const CtaCoord cc = cta_coord<Shape::kRowsGrid>(p);
+    const Loader loader(p, cc.req, cc.hk);
+    const int visits = rt.tile_end - rt.tile_begin;
+    const DT* gk = static_cast<const DT*>(p.k);
+    const DT* gv = static_cast<const DT*>(p.v);
+    const int lt = tid - 32 * CW;
+    for (int i = 0; i < visits; ++i) {
+      const int st = i % STAGES;
+      if (i >= STAGES) mbar_wait(empty + st, static_cast<uint32_t>((i / STAGES) & 1) ^ 1u);
+      copy_rows_async<N, 32 * LW, D, KS, D, KS, true>(
+          sK + st * N * KS, sV + st * N * KS, gk, gv,
+          KvTileRows<Loader>{loader, (rt.tile_begin + i) * N, rt.kv_len, &s_bad_kv}, lt);
+      sm90::cp_async_arrive_noinc(full + st);
+    }
+    // These copies complete on `full`, never on a commit group: commit them so
+    // that cp.async.wait_group waits for them before the thread exits.
+    cp_async_commit();
+    cp_async_wait<0>();
+    sm90::named_barrier_arrive(kDone, Shape::kThreads);
+    return;
+  }
+
+  // ------------------------------------------------------------ consumer warps
+  sm90::regs_alloc<224>();
+  const RequestTile rt = s_rt;
+  const int hk = cta_coord<Shape::kRowsGrid>(p).hk, split = blockIdx.z;  // cc.split, in every grid order
+  const int visits = rt.tile_end - rt.tile_begin;
+  const int r0 = rt.row0 + warp * 16;  // the warp's first folded row
+  // Q fragments (A operand) of rows g and g + 8, straight from global memory
+  // once: zeros for rows past the request.
+  uint32_t q[KT][4];
+  RowMask rows[2];
+  {
+    const DT* gq = static_cast<const DT*>(p.q);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int gr = r0 + g + 8 * h;
+      rows[h] = row_mask(p, rt, gr);
+      const DT* qrow = gq + (rows[h].valid ? q_row_offset(p, rt, hk, gr) : 0) + 2 * t4;
+#pragma unroll
+      for (int kk = 0; kk < KT; ++kk)
+#pragma unroll
+        for (int c = 0; c < 2; ++c)
+          q[kk][h + 2 * c] = rows[h].valid ? __ldg(reinterpret_cast<const unsigned int*>(qrow + kk * 16 + 8 * c)) : 0u;
+    }
+  }
+  const RequestMask rmask{rt.kv_len, rt.prefix, p.mask_words, p.causal != 0};
+  OnlineSoftmaxRow sm[2];
+  sm[0].init();
+  sm[1].init();
+  float o[NTO][4];
+#pragma unroll
+  for (int j = 0; j < NTO; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+  // ldmatrix lane addresses (kernels/core/mma.cuh): K rows as the B operand of
+  // two n8 tiles x one k16 step; V by the transposing load, two n8 value tiles.
+  const int k_frag_off = ((lane & 7) + ((lane >> 4) << 3)) * KS + ((lane >> 3) & 1) * 8;
+  const int v_frag_off = ((lane & 7) + ((lane >> 3) & 1) * 8) * KS + (lane >> 4) * 8;
+
+  for (int i = 0; i < visits; ++i) {
+    const int st = i % STAGES;
+    mbar_wait(full + st, static_cast<uint32_t>((i / STAGES) & 1));
+    const DT* kb = sK + st * N * KS + k_frag_off;
+    const DT* vb = sV + st * N * KS + v_frag_off;
+
+    // ---- S = Q K^T over the whole tile ----
+    float s[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < KT; ++kk)
+#pragma unroll
+      for (int pp = 0; pp < NT / 2; ++pp) {
+        uint32_t b[4];
+        ldmatrix_x4(b, kb + pp * 16 * KS + kk * 16);
+        mma_m16n8k16<DT>(s[2 * pp], q[kk], b[0], b[1]);
+        mma_m16n8k16<DT>(s[2 * pp + 1], q[kk], b[2], b[3]);
+      }
+
+    // ---- scale, mask (draft / boundary tiles only), online softmax ----
+    float mx[2];
+    scale_mask_row_max<NT>(s, rmask, rows, (rt.tile_begin + i) * N, N, 0, t4, p.scale_log2, mx);
+    float base[2], alpha[2];
+    alpha[0] = sm[0].update(mx[0], &base[0]);
+    alpha[1] = sm[1].update(mx[1], &base[1]);
+    // P as the A operand of m16n8k16: k16 step kk holds score tiles 2 kk
+    // (registers 0, 1) and 2 kk + 1 (registers 2, 3).
+    uint32_t pa[N / 16][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const float p0 = fast_exp2(s[j][0] - base[0]);
+      const float p1 = fast_exp2(s[j][1] - base[0]);
+      const float p2 = fast_exp2(s[j][2] - base[1]);
+      const float p3 = fast_exp2(s[j][3] - base[1]);
+      sm[0].l += p0 + p1;
+      sm[1].l += p2 + p3;
+      pa[j / 2][(j & 1) * 2] = DTypeTraits<DT>::pack(p0, p1);
+      pa[j / 2][(j & 1) * 2 + 1] = DTypeTraits<DT>::pack(p2, p3);
+    }
+#pragma unroll
+    for (int j = 0; j < NTO; ++j) {
+      o[j][0] *= alpha[0];
+      o[j][1] *= alpha[0];
+      o[j][2] *= alpha[1];
+      o[j][3] *= alpha[1];
+    }
+
+    // ---- O += P V ----
+#pragma unroll
+    for (int kk = 0; kk < N / 16; ++kk)
+#pragma unroll
+      for (int jj = 0; jj < NTO / 2; ++jj) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, vb + kk * 16 * KS + jj * 16);
+        mma_m16n8k16<DT>(o[2 * jj], pa[kk], b[0], b[1]);
+        mma_m16n8k16<DT>(o[2 * jj + 1], pa[kk], b[2], b[3]);
+      }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty + st);  // this warp's reads of the stage are done
+  }
+
+  sm90::named_barrier_sync(kDone, Shape::kThreads);  // the load warps' s_bad_kv is visible
+  if (s_bad_kv) {
+    write_nan_rows<Shape, DT>(p, rt.q_start, rt.R, rt.row0, hk, split, tid, 32 * CW);
+    return;
+  }
+
+  // ---- normalize and store ----
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int gr = r0 + g + 8 * h;
+    const float l = quad_sum(sm[h].l);
+    if (gr >= rt.R) continue;
+    const FoldedRow fr = folded_row(rt.q_start, hk, p.group, gr);
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const float lse = OnlineSoftmaxRow::lse(sm[h].m, l);
+    if (p.num_splits == 1) {
+      DT* orow = static_cast<DT*>(p.out) + fr.token * p.out_stride_token + fr.head * p.out_stride_head + 2 * t4;
+#pragma unroll
+      for (int j = 0; j < NTO; ++j)
+        *reinterpret_cast<uint32_t*>(orow + j * 8) = DTypeTraits<DT>::pack(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
+      if (p.lse != nullptr && t4 == 0) p.lse[fr.token * p.lse_stride_token + fr.head * p.lse_stride_head] = lse;
+    } else {
+      const int64_t wrow = workspace_row(split, p.ws_rows, fr.token, p.num_qo_heads, fr.head);
+      float* orow = p.ws_o + wrow * D + 2 * t4;
+#pragma unroll
+      for (int j = 0; j < NTO; ++j)
+        *reinterpret_cast<float2*>(orow + j * 8) = make_float2(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
+      if (t4 == 0) p.ws_lse[wrow] = lse;
+    }
+  }
+#else
+  // Built for an architecture without these instructions: the plan never selects this kernel there.
+  __trap();
+#endif
+}
+
+}  // namespace verify_attn
+
+#endif  // VERIFY_ATTN_GQA_ROLES_KERNEL_CUH_
