@@ -154,9 +154,17 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_kernel(const Ker
   const int k_frag_off = ((lane & 7) + ((lane >> 4) << 3)) * KS + ((lane >> 3) & 1) * 8;
   const int v_frag_off = ((lane & 7) + ((lane >> 3) & 1) * 8) * KS + (lane >> 4) * 8;
 
+  // A warp whose 16 rows are all past the request (short requests: q_len x
+  // group under M) computes nothing; it still waits for each stage before
+  // releasing it, so that its arrivals stay one per visit and phase.
+  const bool active = r0 < rt.R;
   for (int i = 0; i < visits; ++i) {
     const int st = i % STAGES;
     mbar_wait(full + st, static_cast<uint32_t>((i / STAGES) & 1));
+    if (!active) {
+      if (lane == 0) mbar_arrive(empty + st);
+      continue;
+    }
     const DT* kb = sK + st * N * KS + k_frag_off;
     const DT* vb = sV + st * N * KS + v_frag_off;
 
