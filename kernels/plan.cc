@@ -297,12 +297,17 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
     if (image_ok(kCfgMlaSplitM32N32, dev)) cands[n++] = kCfgMlaSplitM32N32;
     cands[n++] = kCfgMlaM32N32S1;
   } else if (p.head_dim_qk == 64) {
-    // The warp-role kernel where this build has the device's arch-specific
-    // image; the one-tile kernel behind it.
-    if (image_ok(kCfgGqa64Roles, dev)) cands[n++] = kCfgGqa64Roles;
+    // The warp-role kernel (128 rows per CTA, one CTA per SM) where this build
+    // has the device's arch-specific image and a KV head has more than 64
+    // rows; the one-tile kernel (64 rows, two CTAs per SM) otherwise: on
+    // B64 T4 L1k (32 rows per KV head) it ran 68.5 us where the warp-role
+    // kernel took 83.7 (H100).
+    const bool roles = rows_max > 64;
+    if (roles && image_ok(kCfgGqa64Roles, dev)) cands[n++] = kCfgGqa64Roles;
     cands[n++] = kCfgGqa64M64N64S2;
   } else if (p.head_dim_qk == 128) {
-    if (image_ok(kCfgGqa128Roles, dev)) cands[n++] = kCfgGqa128Roles;
+    const bool roles = rows_max > 64;  // as for head_dim 64
+    if (roles && image_ok(kCfgGqa128Roles, dev)) cands[n++] = kCfgGqa128Roles;
     cands[n++] = kCfgGqa128M64N64S2;
   } else {
     cands[n++] = kCfgGqa256M64N32S2;

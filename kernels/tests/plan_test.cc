@@ -285,8 +285,10 @@ int main() {
                               {"page 1 runs 64", VA_KV_PAGED, 1, 64}, {"page 16", VA_KV_PAGED, 16, 0},
                               {"page 64", VA_KV_PAGED, 64, 0}};
     struct Kind { bool mla; int d, hq, hkv; };
-    const Kind kinds[] = {{true, 576, 16, 1}, {false, 64, 8, 8}, {false, 128, 32, 4},
-                          {false, 256, 16, 2}};
+    // 16 drafts: 16 rows per KV head at group 1, 128 at group 8 (kernels/plan.cc
+    // plans the warp-role GQA kernels above 64).
+    const Kind kinds[] = {{true, 576, 16, 1}, {false, 64, 8, 8}, {false, 64, 32, 4}, {false, 128, 32, 4},
+                          {false, 128, 16, 16}, {false, 256, 16, 2}};
     std::set<int> planned;
     std::printf("%-6s %-15s %-5s | %s\n", "arch", "layout", "D", "plan");
     // sm_100: no arch-specific image in this build, so the one-tile GQA

@@ -283,10 +283,13 @@ def test_kernel_matches_reference(case, path, kernel_path):
         kernel_path(path)
     want = {"cp_async": CP_ASYNC_MLA, "mma_split": testing.SPLIT_MLA,
             "gqa_tile": testing.ONE_TILE_GQA.get(d)}.get(path)
-    if path == "auto" and not MODELS[case["model"]].mla:
-        want = testing.ROLES_GQA.get(d)
-    if want is not None:
-        info = testing.plan_info(build_problem(case, 0, "cuda"))
+    if want is not None or (path == "auto" and d in testing.ROLES_GQA):
+        prob = build_problem(case, 0, "cuda")
+        if want is None:  # the plan's rule (kernels/plan.cc): warp roles above 64 rows per KV head
+            m = MODELS[case["model"]]
+            rows = (prob.max_q_len or max(prob.q_lens)) * (m.heads // m.kv_heads)
+            want = (testing.ROLES_GQA if rows > 64 else testing.ONE_TILE_GQA)[d]
+        info = testing.plan_info(prob)
         assert info["name"].endswith(want), info
     seed = new_seed()
     err = run_case(case, seed)
