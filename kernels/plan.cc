@@ -299,9 +299,10 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
   } else if (p.head_dim_qk == 64) {
     // The warp-role kernel (128 rows per CTA, one CTA per SM) where this build
     // has the device's arch-specific image and a KV head has more than 64
-    // rows; the one-tile kernel (64 rows, two CTAs per SM) otherwise: on
-    // B64 T4 L1k (32 rows per KV head) it ran 68.5 us where the warp-role
-    // kernel took 83.7 (H100).
+    // rows; the one-tile kernel (64 rows, two CTAs per SM) otherwise, where
+    // most of a 128-row CTA's consumers would idle and one CTA per SM leaves
+    // the SM waiting through each short CTA's prologue (BENCHMARKS.md table 4,
+    // B64 T4 L1k).
     const bool roles = rows_max > 64;
     if (roles && image_ok(kCfgGqa64Roles, dev)) cands[n++] = kCfgGqa64Roles;
     cands[n++] = kCfgGqa64M64N64S2;
