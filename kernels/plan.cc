@@ -30,7 +30,7 @@ constexpr ConfigDesc make_desc(const char* tag) {
   return ConfigDesc{tag,          S::kVIsK,      S::kDqk,   S::kDv,
                     S::kM,        S::kN,         S::kWarps, S::kStages,
                     S::kSmemBytes, S::kMinBlocks, S::kWgmma ? 90 : 0, S::kWgmma,
-                    tile_granule<S>(), S::kRowsGrid, k_by_tma<S>()};
+                    tile_granule<S>(), S::kRowsGrid, k_by_tma<S>(), S::kSplitRoles};
 }
 
 const ConfigDesc kDescs[kNumConfigs] = {
@@ -102,19 +102,19 @@ bool rows_hint_ok(const va_params& p) {
 // The warp-role kernels (mbarriers, setmaxnreg) have a body only in arch-specific
 // images (kernels/sm90/sync.cuh, VA_ARCH_SPECIFIC_BODY): planned only where
 // this build carries the device's sm_XYa image (a plain sm_80 / sm_90 / sm_120
-// image gets a stub that traps).
+// image gets a stub that traps). The compiled list is read once.
 bool built_arch_specific(int sm_arch) {
-  const char* archs = va_compiled_archs();
-  if (archs == nullptr) return false;
-  char want[16];
-  std::snprintf(want, sizeof(want), "sm_%da", sm_arch);
-  const std::string list = std::string(",") + archs + ",";
-  return list.find(std::string(",") + want + ",") != std::string::npos;
+  static const std::string list = [] {
+    const char* archs = va_compiled_archs();
+    return std::string(",") + (archs != nullptr ? archs : "") + ",";
+  }();
+  char want[24];
+  std::snprintf(want, sizeof(want), ",sm_%da,", sm_arch);
+  return list.find(want) != std::string::npos;
 }
 
 bool image_ok(int id, const DeviceInfo& dev) {
-  const bool roles = id == kCfgMlaSplitM32N32 || id == kCfgGqa64Roles || id == kCfgGqa128Roles;
-  return !roles || built_arch_specific(dev.sm_arch);
+  return !kDescs[id].arch_specific || built_arch_specific(dev.sm_arch);
 }
 
 bool layout_ok(int id, const va_params& p) {

@@ -296,6 +296,7 @@ struct ConfigDesc {
   int tile_granule;  // KV tiles a CTA takes at a time, for choose_splits (2: sm_90a tile pairs)
   bool rows_grid;    // the kernel can run the rows-first grid (TileShape*::kRowsGrid)
   bool k_tma;        // K tiles by bulk tensor copies (the sm_90a TMA kernel)
+  bool arch_specific;  // a body only in sm_XYa images (the warp-role kernels, TileShape*::kSplitRoles)
 };
 const ConfigDesc& config_desc(ConfigId id);
 
