@@ -23,6 +23,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "kernels/core/epilogue.cuh"
 #include "kernels/core/errors.cuh"
 #include "kernels/core/mask.cuh"
 #include "kernels/core/merge.cuh"
@@ -183,27 +184,14 @@ __global__ void __launch_bounds__(Shape::kThreads, VA_MIN_BLOCKS(Shape))
     }
 
     // ---- online softmax, P -> shared memory ----
-    float base[2], alpha[2];
-    alpha[0] = sm[0].update(mx[0], &base[0]);
-    alpha[1] = sm[1].update(mx[1], &base[1]);
+    float alpha[2];
+    softmax_tile<NT_S>(s, sm, mx, alpha);
 #pragma unroll
     for (int j = 0; j < NT_S; ++j) {
-      const float p0 = fast_exp2(s[j][0] - base[0]);
-      const float p1 = fast_exp2(s[j][1] - base[0]);
-      const float p2 = fast_exp2(s[j][2] - base[1]);
-      const float p3 = fast_exp2(s[j][3] - base[1]);
-      sm[0].l += p0 + p1;
-      sm[1].l += p2 + p3;
-      *reinterpret_cast<uint32_t*>(p_store + j * 8) = DTypeTraits<DT>::pack(p0, p1);
-      *reinterpret_cast<uint32_t*>(p_store + 8 * PS + j * 8) = DTypeTraits<DT>::pack(p2, p3);
+      *reinterpret_cast<uint32_t*>(p_store + j * 8) = DTypeTraits<DT>::pack(s[j][0], s[j][1]);
+      *reinterpret_cast<uint32_t*>(p_store + 8 * PS + j * 8) = DTypeTraits<DT>::pack(s[j][2], s[j][3]);
     }
-#pragma unroll
-    for (int j = 0; j < NT_O; ++j) {
-      o[j][0] *= alpha[0];
-      o[j][1] *= alpha[0];
-      o[j][2] *= alpha[1];
-      o[j][3] *= alpha[1];
-    }
+    rescale_rows<NT_O>(o, alpha);
     if constexpr (WN > 1) {
       __syncthreads();  // [C] full P rows written by the WN warps of each row slice
     } else {
@@ -253,29 +241,9 @@ __global__ void __launch_bounds__(Shape::kThreads, VA_MIN_BLOCKS(Shape))
   for (int i = 0; i < 2; ++i) {
     const int gr = row0 + wm * 16 + g + 8 * i;
     if (gr >= R) continue;
-    const FoldedRow fr = folded_row(q_start, hk, G, gr);
-    const int64_t token = fr.token;
-    const int h = fr.head;
     const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
-    const float lse = OnlineSoftmaxRow::lse(sm[i].m, l[i]);
-    if (p.num_splits == 1) {
-      DT* orow = static_cast<DT*>(p.out) + token * p.out_stride_token +
-                 h * p.out_stride_head + wn * DVW + 2 * t4;
-#pragma unroll
-      for (int j = 0; j < NT_O; ++j)
-        *reinterpret_cast<uint32_t*>(orow + j * 8) =
-            DTypeTraits<DT>::pack(o[j][2 * i] * inv, o[j][2 * i + 1] * inv);
-      if (p.lse != nullptr && wn == 0 && t4 == 0)
-        p.lse[token * p.lse_stride_token + h * p.lse_stride_head] = lse;
-    } else {
-      const int64_t wrow = workspace_row(split, p.ws_rows, token, p.num_qo_heads, h);
-      float* orow = p.ws_o + wrow * DV + wn * DVW + 2 * t4;
-#pragma unroll
-      for (int j = 0; j < NT_O; ++j)
-        *reinterpret_cast<float2*>(orow + j * 8) =
-            make_float2(o[j][2 * i] * inv, o[j][2 * i + 1] * inv);
-      if (wn == 0 && t4 == 0) p.ws_lse[wrow] = lse;
-    }
+    store_out_row<NT_O, DV, DT>(p, split, folded_row(q_start, hk, G, gr), wn * DVW + 2 * t4, o, i, inv,
+                                OnlineSoftmaxRow::lse(sm[i].m, l[i]), wn == 0 && t4 == 0);
   }
 }
 

@@ -27,9 +27,11 @@
 
 #include <stdint.h>
 
+#include "kernels/core/epilogue.cuh"
 #include "kernels/core/mask.cuh"
 #include "kernels/core/mma.cuh"
 #include "kernels/core/request.cuh"
+#include "kernels/core/roles.cuh"
 #include "kernels/core/scores.cuh"
 #include "kernels/core/softmax.cuh"
 #include "kernels/core/types.cuh"
@@ -44,7 +46,6 @@ template <class Shape, typename DT, class Loader>
 __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_kernel(const KernelParams p) {
 #if VA_ARCH_SPECIFIC_BODY
   using sm90::mbar_arrive;
-  using sm90::mbar_init;
   using sm90::mbar_wait;
   constexpr int M = Shape::kM, N = Shape::kN, STAGES = Shape::kStages, D = Shape::kDqk;
   constexpr int KS = Shape::kKStride;   // K and V rows (elements)
@@ -72,25 +73,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_kernel(const Ker
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
-  // Nothing computed here stays in registers past the role split (a value live
-  // across setmaxnreg costs a local-memory spill, ptxas): each role re-derives
-  // what it needs from blockIdx, the parameters and s_rt.
-  {
-    const CtaCoord cc = cta_coord<Shape::kRowsGrid>(p);
-    const Loader loader(p, cc.req, cc.hk);
-    RequestTile rt;
-    if (!start_request<Shape, DT, Loader>(p, loader, cc.hk, &rt)) return;
-    if (tid == 0) {
-      s_rt = rt;
-      s_bad_kv = 0;
-      for (int s = 0; s < STAGES; ++s) {
-        mbar_init(full + s, 32 * LW);
-        mbar_init(empty + s, CW);
-      }
-      sm90::mbar_init_fence();
-    }
-  }
-  __syncthreads();
+  if (!role_prologue<Shape, DT, Loader>(p, &s_rt, &s_bad_kv, full, empty, 32 * LW, CW)) return;
 
   if (warp >= CW) {
     // ------------------------------------------------------------ load warps
@@ -185,30 +168,17 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_kernel(const Ker
     // ---- scale, mask (draft / boundary tiles only), online softmax ----
     float mx[2];
     scale_mask_row_max<NT>(s, rmask, rows, (rt.tile_begin + i) * N, N, 0, t4, p.scale_log2, mx);
-    float base[2], alpha[2];
-    alpha[0] = sm[0].update(mx[0], &base[0]);
-    alpha[1] = sm[1].update(mx[1], &base[1]);
+    float alpha[2];
+    softmax_tile<NT>(s, sm, mx, alpha);
     // P as the A operand of m16n8k16: k16 step kk holds score tiles 2 kk
     // (registers 0, 1) and 2 kk + 1 (registers 2, 3).
     uint32_t pa[N / 16][4];
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-      const float p0 = fast_exp2(s[j][0] - base[0]);
-      const float p1 = fast_exp2(s[j][1] - base[0]);
-      const float p2 = fast_exp2(s[j][2] - base[1]);
-      const float p3 = fast_exp2(s[j][3] - base[1]);
-      sm[0].l += p0 + p1;
-      sm[1].l += p2 + p3;
-      pa[j / 2][(j & 1) * 2] = DTypeTraits<DT>::pack(p0, p1);
-      pa[j / 2][(j & 1) * 2 + 1] = DTypeTraits<DT>::pack(p2, p3);
+      pa[j / 2][(j & 1) * 2] = DTypeTraits<DT>::pack(s[j][0], s[j][1]);
+      pa[j / 2][(j & 1) * 2 + 1] = DTypeTraits<DT>::pack(s[j][2], s[j][3]);
     }
-#pragma unroll
-    for (int j = 0; j < NTO; ++j) {
-      o[j][0] *= alpha[0];
-      o[j][1] *= alpha[0];
-      o[j][2] *= alpha[1];
-      o[j][3] *= alpha[1];
-    }
+    rescale_rows<NTO>(o, alpha);
 
     // ---- O += P V ----
 #pragma unroll
@@ -236,23 +206,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_kernel(const Ker
     const int gr = r0 + g + 8 * h;
     const float l = quad_sum(sm[h].l);
     if (gr >= rt.R) continue;
-    const FoldedRow fr = folded_row(rt.q_start, hk, p.group, gr);
     const float inv = l > 0.f ? 1.f / l : 0.f;
-    const float lse = OnlineSoftmaxRow::lse(sm[h].m, l);
-    if (p.num_splits == 1) {
-      DT* orow = static_cast<DT*>(p.out) + fr.token * p.out_stride_token + fr.head * p.out_stride_head + 2 * t4;
-#pragma unroll
-      for (int j = 0; j < NTO; ++j)
-        *reinterpret_cast<uint32_t*>(orow + j * 8) = DTypeTraits<DT>::pack(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
-      if (p.lse != nullptr && t4 == 0) p.lse[fr.token * p.lse_stride_token + fr.head * p.lse_stride_head] = lse;
-    } else {
-      const int64_t wrow = workspace_row(split, p.ws_rows, fr.token, p.num_qo_heads, fr.head);
-      float* orow = p.ws_o + wrow * D + 2 * t4;
-#pragma unroll
-      for (int j = 0; j < NTO; ++j)
-        *reinterpret_cast<float2*>(orow + j * 8) = make_float2(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
-      if (t4 == 0) p.ws_lse[wrow] = lse;
-    }
+    store_out_row<NTO, D, DT>(p, split, folded_row(rt.q_start, hk, p.group, gr), 2 * t4, o, h, inv,
+                              OnlineSoftmaxRow::lse(sm[h].m, l), t4 == 0);
   }
 #else
   // Built for an architecture without these instructions: the plan never selects this kernel there.

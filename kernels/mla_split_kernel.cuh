@@ -26,9 +26,11 @@
 
 #include <stdint.h>
 
+#include "kernels/core/epilogue.cuh"
 #include "kernels/core/mask.cuh"
 #include "kernels/core/mma.cuh"
 #include "kernels/core/request.cuh"
+#include "kernels/core/roles.cuh"
 #include "kernels/core/scores.cuh"
 #include "kernels/core/softmax.cuh"
 #include "kernels/core/types.cuh"
@@ -43,7 +45,6 @@ template <class Shape, typename DT, class Loader>
 __global__ void __launch_bounds__(Shape::kThreads, 1) mla_split_kernel(const KernelParams p) {
 #if VA_ARCH_SPECIFIC_BODY
   using sm90::mbar_arrive;
-  using sm90::mbar_init;
   using sm90::mbar_wait;
   using sm90::named_barrier_arrive;
   using sm90::named_barrier_sync;
@@ -79,25 +80,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_split_kernel(const Ker
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
-  // Nothing computed here stays in registers past the role split (a value live
-  // across setmaxnreg costs a local-memory spill, ptxas): each role re-derives
-  // what it needs from blockIdx, the parameters and s_rt.
-  {
-    const CtaCoord cc = cta_coord<Shape::kRowsGrid>(p);
-    const Loader loader(p, cc.req, cc.hk);
-    RequestTile rt;
-    if (!start_request<Shape, DT, Loader>(p, loader, cc.hk, &rt)) return;
-    if (tid == 0) {
-      s_rt = rt;
-      s_bad_kv = 0;
-      for (int s = 0; s < STAGES; ++s) {
-        mbar_init(full + s, 32 * Shape::kLoadWarps);
-        mbar_init(empty + s, kS + kO);
-      }
-      sm90::mbar_init_fence();
-    }
-  }
-  __syncthreads();
+  if (!role_prologue<Shape, DT, Loader>(p, &s_rt, &s_bad_kv, full, empty, 32 * Shape::kLoadWarps, kS + kO)) return;
 
   // Each role ends on its own (setmaxnreg gives the roles different register
   // budgets, so no code after the split is shared); the O warps store once the
@@ -204,18 +187,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_split_kernel(const Ker
       const int j0 = (tile_begin + i) * N;
       float mx[2];
       scale_mask_row_max<NT>(s, rmask, rows, j0, N, 0, t4, p.scale_log2, mx);
-      float base[2], alpha[2];
-      alpha[0] = sm[0].update(mx[0], &base[0]);
-      alpha[1] = sm[1].update(mx[1], &base[1]);
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        s[j][0] = fast_exp2(s[j][0] - base[0]);
-        s[j][1] = fast_exp2(s[j][1] - base[0]);
-        s[j][2] = fast_exp2(s[j][2] - base[1]);
-        s[j][3] = fast_exp2(s[j][3] - base[1]);
-        sm[0].l += s[j][0] + s[j][1];
-        sm[1].l += s[j][2] + s[j][3];
-      }
+      float alpha[2];
+      softmax_tile<NT>(s, sm, mx, alpha);
       named_barrier_sync(kEmptyP + b, CT);  // the O warps are done with P[b] of visit i - 2
       if (dh == 0) {
         DT* pb = p_store + b * M * PS;
@@ -270,14 +243,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_split_kernel(const Ker
       mbar_wait(full + st, static_cast<uint32_t>((i / STAGES) & 1));
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
-        const float a0 = sAlpha[b * M + mi * 16 + g], a1 = sAlpha[b * M + mi * 16 + g + 8];
-#pragma unroll
-        for (int j = 0; j < NTO; ++j) {
-          o[mi][j][0] *= a0;
-          o[mi][j][1] *= a0;
-          o[mi][j][2] *= a1;
-          o[mi][j][3] *= a1;
-        }
+        const float alpha[2] = {sAlpha[b * M + mi * 16 + g], sAlpha[b * M + mi * 16 + g + 8]};
+        rescale_rows<NTO>(o[mi], alpha);
       }
       const DT* pb = p_frag + b * M * PS;
       const DT* vb = sK + st * N * KS + v_frag_off;
@@ -318,24 +285,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_split_kernel(const Ker
       if (gr >= R) continue;
       const float l = sStat[M + r];
       const float inv = l > 0.f ? 1.f / l : 0.f;
-      const FoldedRow fr = folded_row(q_start, hk, G, gr);
-      if (p.num_splits == 1) {
-        DT* orow = static_cast<DT*>(p.out) + fr.token * p.out_stride_token + fr.head * p.out_stride_head + col0 +
-                   2 * t4;
-#pragma unroll
-        for (int j = 0; j < NTO; ++j)
-          *reinterpret_cast<uint32_t*>(orow + j * 8) =
-              DTypeTraits<DT>::pack(o[mi][j][2 * h] * inv, o[mi][j][2 * h + 1] * inv);
-        if (p.lse != nullptr && col0 == 0 && t4 == 0)
-          p.lse[fr.token * p.lse_stride_token + fr.head * p.lse_stride_head] = OnlineSoftmaxRow::lse(sStat[r], l);
-      } else {
-        const int64_t wrow = workspace_row(split, p.ws_rows, fr.token, p.num_qo_heads, fr.head);
-        float* orow = p.ws_o + wrow * DV + col0 + 2 * t4;
-#pragma unroll
-        for (int j = 0; j < NTO; ++j)
-          *reinterpret_cast<float2*>(orow + j * 8) = make_float2(o[mi][j][2 * h] * inv, o[mi][j][2 * h + 1] * inv);
-        if (col0 == 0 && t4 == 0) p.ws_lse[wrow] = OnlineSoftmaxRow::lse(sStat[r], l);
-      }
+      store_out_row<NTO, DV, DT>(p, split, folded_row(q_start, hk, G, gr), col0 + 2 * t4, o[mi], h, inv,
+                                 OnlineSoftmaxRow::lse(sStat[r], l), col0 == 0 && t4 == 0);
     }
 #else
   // Built for an architecture without setmaxnreg: the plan never selects this kernel there.

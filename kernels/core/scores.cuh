@@ -45,6 +45,41 @@ __device__ __forceinline__ void scale_mask_row_max(float (&s)[NT][4], const Requ
   mx[1] = quad_max(mx[1]);
 }
 
+// The tile's online-softmax step on a warp's score fragments (scaled and
+// masked, mx the rows' tile max over every warp that shares the rows): each
+// row's running max and sum fold the tile in (OnlineSoftmaxRow), the scores
+// become P = exp2(S - base) in place and add to the thread's partial row sums.
+// alpha: the rows' rescale factors for O (rescale_rows).
+template <int NT>
+__device__ __forceinline__ void softmax_tile(float (&s)[NT][4], OnlineSoftmaxRow (&sm)[2], const float (&mx)[2],
+                                             float (&alpha)[2]) {
+  float base[2];
+  alpha[0] = sm[0].update(mx[0], &base[0]);
+  alpha[1] = sm[1].update(mx[1], &base[1]);
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    s[j][0] = fast_exp2(s[j][0] - base[0]);
+    s[j][1] = fast_exp2(s[j][1] - base[0]);
+    s[j][2] = fast_exp2(s[j][2] - base[1]);
+    s[j][3] = fast_exp2(s[j][3] - base[1]);
+    sm[0].l += s[j][0] + s[j][1];
+    sm[1].l += s[j][2] + s[j][3];
+  }
+}
+
+// O fragments (same layout: row g for e < 2, g + 8 for e >= 2) times the
+// rows' rescale factors.
+template <int NTO>
+__device__ __forceinline__ void rescale_rows(float (&o)[NTO][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int j = 0; j < NTO; ++j) {
+    o[j][0] *= alpha[0];
+    o[j][1] *= alpha[0];
+    o[j][2] *= alpha[1];
+    o[j][3] *= alpha[1];
+  }
+}
+
 }  // namespace verify_attn
 
 #endif  // VERIFY_ATTN_CORE_SCORES_CUH_

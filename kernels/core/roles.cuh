@@ -1,0 +1,47 @@
+// The prologue of the warp-role kernels (kernels/mla_split_kernel.cuh,
+// kernels/gqa_roles_kernel.cuh): the request tile (kernels/core/request.cuh)
+// into shared memory, the bad-index flag cleared and the stages' mbarriers
+// initialised, before the roles split.
+#ifndef VERIFY_ATTN_CORE_ROLES_CUH_
+#define VERIFY_ATTN_CORE_ROLES_CUH_
+
+#include <stdint.h>
+
+#include "kernels/core/request.cuh"
+#include "kernels/launch.h"
+#include "kernels/sm90/sync.cuh"
+
+namespace verify_attn {
+
+// Every thread calls it; false when the CTA has nothing to compute (every
+// thread then returns). Nothing computed here stays in registers past the role
+// split (a value live across setmaxnreg costs a local-memory spill, ptxas):
+// each role re-derives what it needs from blockIdx, the parameters and *s_rt.
+// full[s] completes after full_arrivals arrivals (the load threads' cp.async
+// arrivals), empty[s] after empty_arrivals (the warps that read a stage).
+template <class Shape, typename DT, class Loader>
+__device__ __forceinline__ bool role_prologue(const KernelParams& p, RequestTile* s_rt, int* s_bad_kv,
+                                              uint64_t* full, uint64_t* empty, uint32_t full_arrivals,
+                                              uint32_t empty_arrivals) {
+  {
+    const CtaCoord cc = cta_coord<Shape::kRowsGrid>(p);
+    const Loader loader(p, cc.req, cc.hk);
+    RequestTile rt;
+    if (!start_request<Shape, DT, Loader>(p, loader, cc.hk, &rt)) return false;
+    if (threadIdx.x == 0) {
+      *s_rt = rt;
+      *s_bad_kv = 0;
+      for (int s = 0; s < Shape::kStages; ++s) {
+        sm90::mbar_init(full + s, full_arrivals);
+        sm90::mbar_init(empty + s, empty_arrivals);
+      }
+      sm90::mbar_init_fence();
+    }
+  }
+  __syncthreads();
+  return true;
+}
+
+}  // namespace verify_attn
+
+#endif  // VERIFY_ATTN_CORE_ROLES_CUH_
