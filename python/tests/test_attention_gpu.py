@@ -290,7 +290,7 @@ def test_kernel_matches_reference(case, path, kernel_path):
             rows = (prob.max_q_len or max(prob.q_lens)) * (m.heads // m.kv_heads)
             want = (testing.ROLES_GQA if rows > 64 else testing.ONE_TILE_GQA)[d]
         info = testing.plan_info(prob)
-        assert info["name"].endswith(want), info
+        assert want in info["name"], info  # (roles: "_s3" where three stages fit)
     seed = new_seed()
     err = run_case(case, seed)
     key = case["layout"] + {"auto": "", "mma_sync": " (mla on mma.sync)", "mma_split": " (mla on mma.sync roles)",
