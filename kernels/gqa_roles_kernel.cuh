@@ -85,12 +85,24 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_kernel(const Ker
     const DT* gk = static_cast<const DT*>(p.k);
     const DT* gv = static_cast<const DT*>(p.v);
     const int lt = tid - 32 * CW;
+    // Each thread copies one row of every tile (32 x LW threads, N rows): it
+    // resolves the row's address (for a paged cache, a kv_indices load) before
+    // waiting for the stage, so that the load's latency overlaps the wait.
+    static_assert((32 * LW) % N == 0, "one row per load thread and tile");
     for (int i = 0; i < visits; ++i) {
       const int st = i % STAGES;
+      int64_t k_off = 0, v_off = 0;
+      const bool ok = KvTileRows<Loader>{loader, (rt.tile_begin + i) * N, rt.kv_len, &s_bad_kv}(
+          lt / (32 * LW / N), &k_off, &v_off);
       if (i >= STAGES) mbar_wait(empty + st, static_cast<uint32_t>((i / STAGES) & 1) ^ 1u);
       copy_rows_async<N, 32 * LW, D, KS, D, KS, true>(
           sK + st * N * KS, sV + st * N * KS, gk, gv,
-          KvTileRows<Loader>{loader, (rt.tile_begin + i) * N, rt.kv_len, &s_bad_kv}, lt);
+          [&](int, int64_t* ko, int64_t* vo) {
+            *ko = k_off;
+            *vo = v_off;
+            return ok;
+          },
+          lt);
       sm90::cp_async_arrive_noinc(full + st);
     }
     // These copies complete on `full`, never on a commit group: commit them so
