@@ -33,6 +33,17 @@ __device__ __forceinline__ int64_t load_int(const void* p, int64_t i) {
   return static_cast<int64_t>(static_cast<const T*>(p)[i]);
 }
 
+// A prefix length as it counts in the row starts: [0, INT32_MAX]. A negative one
+// counts as 0 (reported by its own block); a longer one as INT32_MAX, which is
+// already past every kv_indices row (its end exceeds 2^31, so it and every later
+// request are reported). The clamp keeps the sums below from overflowing
+// int64: B <= 2^31 terms of at most 2^31 + 1024 each. Unclamped int64 lengths
+// (garbage such as 3 * 2^61) could wrap a later request's start negative, pass
+// the capacity check and write far outside kv_indices.
+__device__ __forceinline__ int64_t counted_len(int64_t raw) {
+  return raw < 0 ? 0 : (raw > INT32_MAX ? static_cast<int64_t>(INT32_MAX) : raw);
+}
+
 // Sum over the block; every thread gets the total.
 __device__ int64_t block_sum(int64_t v) {
   __shared__ int64_t warp_sums[kThreads / 32];
@@ -53,15 +64,12 @@ __global__ void __launch_bounds__(kThreads) verify_metadata_kernel(MetadataArgs 
     if (threadIdx.x == 0) a.qo_indptr[0] = a.kv_indptr[0] = 0;
     return;
   }
-  // A negative prefix counts as 0 in every request's start (reported by its own block).
+  // Every request's start counts the earlier prefixes clamped (counted_len).
   int64_t part = 0;
-  for (int i = threadIdx.x; i < r; i += kThreads) {
-    const int64_t len = load_int<LenT>(a.prefix_len, i);
-    part += (len > 0 ? len : 0) + n;
-  }
+  for (int i = threadIdx.x; i < r; i += kThreads) part += counted_len(load_int<LenT>(a.prefix_len, i)) + n;
   const int64_t start = block_sum(part);
   const int64_t raw_len = load_int<LenT>(a.prefix_len, r);
-  const int64_t len = raw_len > 0 ? raw_len : 0;
+  const int64_t len = counted_len(raw_len);
   const int64_t end = start + len + n;
   const bool rows_ok = raw_len >= 0 && end <= a.capacity && end <= INT32_MAX;
   if (threadIdx.x == 0) {
