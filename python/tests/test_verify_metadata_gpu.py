@@ -95,6 +95,29 @@ def test_random_batches_match_the_host_loop(n):
         errors.check_errors()
 
 
+# One block per request sums the earlier prefixes over 128 threads (4 warps, a
+# strided loop) and writes its drafts in a loop strided by 128: batches of more
+# than 128 requests and more than 128 drafts are the only ones that reach every
+# warp of the reduction and the second trip of those loops (B <= 8, N <= 100
+# above touch threads 0..7 of warp 0 only).
+@pytest.mark.parametrize("B,n,with_mask", [(129, 1, True), (300, 4, True), (700, 2, False), (2, 129, True),
+                                           (3, 300, True), (2, 1024, False)])
+def test_wide_batches_and_many_drafts(B, n, with_mask):
+    rng = random.Random(B * 1000 + n)
+    R = B - rng.randrange(0, 3)
+    prefix, slots, mask, tp, ts, tm = _case(rng, n, B, R, with_mask, torch.int64, torch.int32)
+    cap = sum(prefix) + B * n
+    out = _poisoned_out(B, n, cap)
+    got = verify_attn.uniform_verify_metadata(tp, ts, n, draft_mask=tm, pad_slot=5, out=out)
+    qo, kvp, kvl, idx, rows = expected(prefix, slots, n, mask, 5)
+    assert got.qo_indptr.tolist() == qo and got.kv_indptr.tolist() == kvp and got.kv_len.tolist() == kvl
+    kvi = got.kv_indices.tolist()
+    assert all(v == idx.get(pos, POISON) for pos, v in enumerate(kvi))
+    if with_mask:
+        assert got.tree_mask.tolist() == rows
+    errors.check_errors()
+
+
 def test_allocates_outputs_and_feeds_a_plan():
     """Without ``out``: fresh tensors; the result plans and runs like the host-built batch."""
     rng = random.Random()
@@ -131,6 +154,17 @@ def test_device_errors_are_flagged_and_write_nothing_outside():
     assert e.value.bits == errors.ERR_METADATA and e.value.request == 1 and e.value.value == 33
     assert got.kv_indices[5:9].tolist() == ts[:n].tolist()
     assert big[20:].eq(POISON).all() and got.kv_indices[9:].eq(POISON).all()
+    # int64 prefixes whose sum wraps int64 (3 * 2^61 twice): every request flagged, nothing
+    # written outside the buffer (an unclamped sum made request 2's start negative).
+    big = torch.full((40,), POISON, dtype=torch.int32, device=dev)
+    tp = torch.tensor([3 << 61, 3 << 61, 5], dtype=torch.int64, device=dev)
+    got = verify_attn.uniform_verify_metadata(tp, ts[: 3 * n], n,
+                                              out=verify_attn.VerifyMetadata(None, None, big[:20], None, None))
+    with pytest.raises(verify_attn.KernelInputError) as e:
+        errors.check_errors()
+    assert e.value.bits == errors.ERR_METADATA
+    assert big.eq(POISON).all()
+    assert got.kv_indptr.tolist() == [0] + [2**31 - 1] * 3
     # A draft slot outside int32 (int64 slots).
     ts64 = torch.tensor([1, 2, 1 << 40, 4], dtype=torch.int64, device=dev)
     got = verify_attn.uniform_verify_metadata(torch.tensor([2], device=dev), ts64, n, kv_indices_capacity=6)
