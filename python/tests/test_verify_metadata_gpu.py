@@ -190,6 +190,7 @@ def test_bad_arguments_raise_naming_them():
         (ValueError, "num_drafts", lambda: f(tp, ts, 2048, kv_indices_capacity=20)),
         (TypeError, "num_drafts", lambda: f(tp, ts, 4.0, kv_indices_capacity=20)),
         (ValueError, "kv_indices_capacity", lambda: f(tp, ts, 4)),
+        (ValueError, "pad_slot", lambda: f(tp, ts, 4, kv_indices_capacity=20, pad_slot=1 << 31)),
         (ValueError, "kv_indices_capacity", lambda: f(tp, ts, 4, kv_indices_capacity=-1)),
         (ValueError, "draft_mask", lambda: f(tp, ts, 4, draft_mask=torch.ones(31, dtype=torch.bool, device=dev),
                                              kv_indices_capacity=20)),

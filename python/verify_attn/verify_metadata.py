@@ -113,7 +113,7 @@ def uniform_verify_metadata(
       ValueError: CPU tensors or tensors on different devices, a non-contiguous
         or wrongly shaped tensor, ``num_drafts`` out of range, ``draft_slots``
         not a whole number of requests or more than ``B``, a ``draft_mask``
-        too small, an ``out`` buffer too small, no capacity.
+        too small, an ``out`` buffer too small, no capacity, ``pad_slot`` outside int32.
 
     No host synchronization; capturable when ``out`` gives every buffer.
     """
@@ -135,6 +135,8 @@ def uniform_verify_metadata(
     if R > B:
         raise ValueError(f"draft_slots: {R} requests' drafts for a batch of {B} (prefix_len)")
     pad_slot = as_int(pad_slot, "pad_slot")
+    if not -(1 << 31) <= pad_slot < 1 << 31:  # else pybind11's int32_t conversion fails without naming it
+        raise ValueError(f"pad_slot: must fit int32, got {pad_slot}")
     mask_ptr = 0
     if draft_mask is not None:
         if not isinstance(draft_mask, torch.Tensor):
