@@ -302,7 +302,10 @@ va_status va_attention(const va_params* p);
  * prefix_len, a draft slot outside int32 or rows past kv_indices_capacity
  * (or past 2^31) set bit 8 of error_word (when not NULL; the layout of
  * va_params.error_word) and leave those kv_indices entries unwritten; the
- * indptr then counts that prefix as 0. No host synchronization. */
+ * indptr and kv_len then count a negative prefix as 0 and one past 2^31 - 1
+ * as 2^31 - 1 (indptr entries past 2^31 - 1 read 2^31 - 1). Which offending
+ * request error_word[1] names is the first to report, not necessarily the
+ * lowest. No host synchronization. */
 typedef struct va_verify_metadata_args {
   uint32_t struct_size;        /* sizeof(va_verify_metadata_args) */
   int32_t batch;               /* B >= 0 */
