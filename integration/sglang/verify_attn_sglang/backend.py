@@ -381,7 +381,7 @@ class VerifyAttnBackend(TritonAttnBackend):
 
     def _va_alloc_graph(self, max_bs: int) -> None:
         n = self.num_draft_tokens
-        dev = self.device
+        dev = torch.device(self.device)  # SGLang passes a string ("cuda") or a torch.device
         cap = max_bs * (self.max_context_len + n) + 1  # +1: the pack's trash slot
         self._va_graph = dict(
             max_bs=max_bs,
