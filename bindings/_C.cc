@@ -220,6 +220,36 @@ PYBIND11_MODULE(_C, m) {
       .def("info", &PlanHandle::info, "va_plan_info as a dict.");
 
   m.def(
+      "verify_metadata",
+      [](int32_t batch, int32_t real_batch, int32_t num_drafts, uintptr_t prefix_len,
+         bool prefix_len_int64, uintptr_t draft_slots, bool draft_slots_int64, int32_t pad_slot,
+         uintptr_t draft_mask, uintptr_t qo_indptr, uintptr_t kv_indptr, uintptr_t kv_len,
+         uintptr_t kv_indices, int64_t kv_indices_capacity, uintptr_t tree_mask,
+         uintptr_t error_word, uintptr_t stream) {
+        va_verify_metadata_args a;
+        va_verify_metadata_args_init(&a);
+        a.batch = batch;
+        a.real_batch = real_batch;
+        a.num_drafts = num_drafts;
+        a.prefix_len = reinterpret_cast<const void*>(prefix_len);
+        a.prefix_len_int64 = prefix_len_int64 ? 1 : 0;
+        a.draft_slots = reinterpret_cast<const void*>(draft_slots);
+        a.draft_slots_int64 = draft_slots_int64 ? 1 : 0;
+        a.pad_slot = pad_slot;
+        a.draft_mask = reinterpret_cast<const uint8_t*>(draft_mask);
+        a.qo_indptr = reinterpret_cast<int32_t*>(qo_indptr);
+        a.kv_indptr = reinterpret_cast<int32_t*>(kv_indptr);
+        a.kv_len = reinterpret_cast<int32_t*>(kv_len);
+        a.kv_indices = reinterpret_cast<int32_t*>(kv_indices);
+        a.kv_indices_capacity = kv_indices_capacity;
+        a.tree_mask = reinterpret_cast<int32_t*>(tree_mask);
+        a.error_word = reinterpret_cast<int32_t*>(error_word);
+        a.stream = reinterpret_cast<void*>(stream);
+        check(va_verify_metadata(&a), "va_verify_metadata");
+      },
+      "va_verify_metadata (device pointers as ints, 0 = NULL).");
+
+  m.def(
       "scaled_copy",
       [](uintptr_t x, uintptr_t y, int64_t n, float scale, int32_t dtype, uintptr_t stream) {
         check(va_scaled_copy(reinterpret_cast<const void*>(x), reinterpret_cast<void*>(y), n,

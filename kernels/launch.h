@@ -20,6 +20,9 @@ enum ErrorBits : int32_t {
   kErrKvShort = 2,     // kv_len < q_len: that request's outputs are NaN
   kErrQoIndptr = 4,    // qo_indptr not within [0, total_q] / decreasing, or a
                        // request has more rows than max_q_len: rows skipped
+  kErrMetadata = 8,    // va_verify_metadata: a prefix length < 0, a draft slot
+                       // outside int32, or a request's kv_indices rows past
+                       // the capacity (or 2^31): those rows not written
 };
 
 // Everything a kernel needs, by value (kernel parameter). Strides in elements.

@@ -59,7 +59,7 @@
 extern "C" {
 #endif
 
-#define VA_ABI_VERSION 3  /* 3: plan handles (va_plan_*), va_plan_options, va_run_args */
+#define VA_ABI_VERSION 4  /* 3: plan handles (va_plan_*), va_plan_options, va_run_args; 4: va_verify_metadata */
 
 typedef enum va_status {
   VA_OK = 0,
@@ -278,6 +278,61 @@ va_status va_plan_info(const va_plan* plan, va_config_info* info);
  * call cudaGridDependencySynchronize() before reading them. Ordinary launches
  * and host synchronization see the usual stream order. */
 va_status va_attention(const va_params* p);
+
+/* The per-batch metadata of a uniform verify batch in one launch: B requests,
+ * each with a committed prefix of prefix_len[r] cache rows and N draft tokens
+ * whose K/V are already in the cache at draft_slots[r * N + t] (the layout of
+ * SGLang's target verify: qo rows request-major, the drafts after the prefix).
+ * Writes, on `stream`:
+ *   qo_indptr[B + 1]  = r * N;
+ *   kv_indptr[B + 1]  = exclusive cumsum of prefix_len[r] + N;
+ *   kv_len[B]         = prefix_len[r] + N;
+ *   kv_indices[kv_indptr[r] + prefix_len[r] + t] = draft_slots[r * N + t]
+ *                       (page_size 1 slots); the prefix entries
+ *                       kv_indices[kv_indptr[r] .. + prefix_len[r]) are left to
+ *                       the caller (an engine's own request-to-slot gather,
+ *                       which takes kv_indptr as its row starts);
+ *   tree_mask[B * N, ceil(N / 32)] (when not NULL): bit c % 32 of word c / 32
+ *                       of row r * N + t set when draft_mask[(r * N + t) * N + c]
+ *                       is nonzero (SGLang's QLEN_ONLY layout, one byte per
+ *                       entry); the rows of requests r >= real_batch and all
+ *                       rows when draft_mask is NULL are causal (c <= t).
+ * Requests r >= real_batch (padding of a captured batch) take pad_slot as
+ * every draft slot. Device data is checked as it is read: a negative
+ * prefix_len, a draft slot outside int32 or rows past kv_indices_capacity
+ * (or past 2^31) set bit 8 of error_word (when not NULL; the layout of
+ * va_params.error_word) and leave those kv_indices entries unwritten; the
+ * indptr and kv_len then count a negative prefix as 0 and one past 2^31 - 1
+ * as 2^31 - 1 (indptr entries past 2^31 - 1 read 2^31 - 1). Which offending
+ * request error_word[1] names is the first to report, not necessarily the
+ * lowest. No host synchronization. */
+typedef struct va_verify_metadata_args {
+  uint32_t struct_size;        /* sizeof(va_verify_metadata_args) */
+  int32_t batch;               /* B >= 0 */
+  int32_t real_batch;          /* requests draft_slots / draft_mask cover, 0 <= real_batch <= B */
+  int32_t num_drafts;          /* N, 1 <= N <= 1024 */
+  const void* prefix_len;      /* [B], int32 or int64 (prefix_len_int64 = 1) */
+  int32_t prefix_len_int64;
+  const void* draft_slots;     /* [real_batch * N], int32 or int64 (draft_slots_int64 = 1) */
+  int32_t draft_slots_int64;
+  int32_t pad_slot;            /* the slot of every padded request's drafts */
+  const uint8_t* draft_mask;   /* NULL (causal) or [real_batch * N * N] bytes */
+  int32_t* qo_indptr;          /* [B + 1] */
+  int32_t* kv_indptr;          /* [B + 1] */
+  int32_t* kv_len;             /* [B] */
+  int32_t* kv_indices;         /* [kv_indices_capacity] */
+  int64_t kv_indices_capacity;
+  int32_t* tree_mask;          /* NULL or [B * N, ceil(N / 32)] */
+  int32_t* error_word;         /* NULL or int32[4] */
+  void* stream;                /* cudaStream_t, NULL = the legacy default stream */
+} va_verify_metadata_args;
+
+void va_verify_metadata_args_init(va_verify_metadata_args* a);
+
+/* Launch the metadata kernel described above. VA_ERR_NULL_POINTER for a
+ * required pointer that is NULL (draft_slots may be NULL when real_batch is 0),
+ * VA_ERR_INVALID_VALUE for B, real_batch, N or the capacity out of range. */
+va_status va_verify_metadata(const va_verify_metadata_args* a);
 
 /* Smoke kernel: y[i] = scale * x[i], n elements of dtype (fp16/bf16). */
 va_status va_scaled_copy(const void* x, void* y, int64_t n, float scale,

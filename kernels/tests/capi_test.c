@@ -214,6 +214,42 @@ int main(void) {
     va_plan_destroy(NULL);
   }
 
+  /* va_verify_metadata: each bad argument is refused before any launch. */
+  {
+    va_verify_metadata_args a;
+#define META_CASE(label, mutate, want, field)                       \
+  do {                                                              \
+    va_verify_metadata_args_init(&a);                               \
+    a.batch = 2;                                                    \
+    a.real_batch = 2;                                               \
+    a.num_drafts = 4;                                               \
+    a.prefix_len = FAKE(0x1000);                                    \
+    a.draft_slots = FAKE(0x2000);                                   \
+    a.qo_indptr = (int32_t*)FAKE(0x3000);                           \
+    a.kv_indptr = (int32_t*)FAKE(0x4000);                           \
+    a.kv_len = (int32_t*)FAKE(0x5000);                              \
+    a.kv_indices = (int32_t*)FAKE(0x6000);                          \
+    a.kv_indices_capacity = 100;                                    \
+    mutate;                                                         \
+    expect("verify_metadata " label, va_verify_metadata(&a), want, field); \
+  } while (0)
+    expect("verify_metadata NULL args", va_verify_metadata(NULL), VA_ERR_NULL_POINTER, "args");
+    META_CASE("struct_size", a.struct_size = 8, VA_ERR_VERSION, "args.struct_size");
+    META_CASE("batch", a.batch = -1, VA_ERR_INVALID_VALUE, "batch");
+    META_CASE("real_batch", a.real_batch = 3, VA_ERR_INVALID_VALUE, "real_batch");
+    META_CASE("num_drafts 0", a.num_drafts = 0, VA_ERR_INVALID_VALUE, "num_drafts");
+    META_CASE("num_drafts 1025", a.num_drafts = 1025, VA_ERR_INVALID_VALUE, "num_drafts");
+    META_CASE("rows", (a.batch = a.real_batch = 1 << 30), VA_ERR_INVALID_VALUE, "batch * num_drafts");
+    META_CASE("capacity", a.kv_indices_capacity = -1, VA_ERR_INVALID_VALUE, "kv_indices_capacity");
+    META_CASE("qo_indptr", a.qo_indptr = NULL, VA_ERR_NULL_POINTER, "qo_indptr");
+    META_CASE("kv_indptr", a.kv_indptr = NULL, VA_ERR_NULL_POINTER, "kv_indptr");
+    META_CASE("prefix_len", a.prefix_len = NULL, VA_ERR_NULL_POINTER, "prefix_len");
+    META_CASE("kv_len", a.kv_len = NULL, VA_ERR_NULL_POINTER, "kv_len");
+    META_CASE("kv_indices", a.kv_indices = NULL, VA_ERR_NULL_POINTER, "kv_indices");
+    META_CASE("draft_slots", a.draft_slots = NULL, VA_ERR_NULL_POINTER, "draft_slots");
+#undef META_CASE
+  }
+
   /* The configuration tags: comma-separated, the plan's first and last among them. */
   {
     const char* tags = va_config_tags();

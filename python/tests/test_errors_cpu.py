@@ -67,6 +67,16 @@ def test_qo_indptr_only():
     assert e.names == ["QO_INDPTR"] and "offending value 9" in str(e) and "rows skipped" in str(e)
 
 
+def test_metadata_errors():
+    """va_verify_metadata's words: a prefix / row end (no position), a draft slot (its KV position)."""
+    e = errors.decode_error_word([errors.ERR_METADATA, 1, -2, -1])
+    assert e.names == ["METADATA"] and (e.request, e.value, e.position) == (1, -2, None)
+    assert "prefix length or kv_indices end -2" in str(e) and "kv_indices entries not written" in str(e)
+    e = errors.decode_error_word([errors.ERR_METADATA, 0, 2**31 - 1, 4])
+    assert (e.request, e.value, e.position) == (0, 2**31 - 1, 4) and "draft slot 2147483647 outside int32" in str(e)
+    assert errors.bit_names(errors.ERR_METADATA | errors.ERR_KV_INDEX) == ["KV_INDEX", "METADATA"]
+
+
 def test_bits_without_request_and_unknown_bits():
     e = errors.decode_error_word([1 | 64, -1, 0, 0])
     assert e.request is None and e.value is None and e.position is None

@@ -10,6 +10,7 @@ from .runtime import runtime_info
 from . import masks, reference
 from .attention import plan_info, tree_attention_flat, tree_attention_paged
 from .plan import TreeAttentionPlan, Tuning
+from .verify_metadata import VerifyMetadata, uniform_verify_metadata
 from .reference import (
     gather_paged_kv,
     reference_attention_bruteforce,
@@ -29,6 +30,8 @@ __all__ = [
     "plan_info",
     "TreeAttentionPlan",
     "Tuning",
+    "VerifyMetadata",
+    "uniform_verify_metadata",
     "gather_paged_kv",
     "reference_attention_flat",
     "reference_attention_paged",

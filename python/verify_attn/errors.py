@@ -8,7 +8,7 @@ affected request's output is not valid (NaN); the kernel records what it found
 in an *error word* (``va_params.error_word``, see ``kernels/verify_attn.h``)::
 
     int32[4]: [0] OR of the error bits (ERR_KV_INDEX = 1, ERR_KV_SHORT = 2,
-                  ERR_QO_INDPTR = 4), 0 when clean
+                  ERR_QO_INDPTR = 4, ERR_METADATA = 8), 0 when clean
               [1] first offending request (-1: none recorded)
               [2] the offending value (bad page id / flat row, or kv_len)
               [3] the KV position j in that request (-1 when not about a row)
@@ -56,6 +56,7 @@ __all__ = [
     "ERR_KV_INDEX",
     "ERR_KV_SHORT",
     "ERR_QO_INDPTR",
+    "ERR_METADATA",
     "ERROR_WORD_INIT",
     "KernelInputError",
     "ErrorState",
@@ -70,6 +71,8 @@ __all__ = [
 ERR_KV_INDEX = 1
 ERR_KV_SHORT = 2
 ERR_QO_INDPTR = 4
+ERR_METADATA = 8
+_KNOWN_BITS = ERR_KV_INDEX | ERR_KV_SHORT | ERR_QO_INDPTR | ERR_METADATA
 
 ERROR_WORD_INIT = (0, -1, 0, 0)
 
@@ -80,6 +83,8 @@ _BIT_TEXT = {
     ERR_KV_SHORT: ("KV_SHORT", "kv_len < q_len (a request has fewer KV rows than draft tokens)"),
     ERR_QO_INDPTR: ("QO_INDPTR", "qo_indptr not within [0, total_q], decreasing, or a request "
                                  "longer than max_q_len"),
+    ERR_METADATA: ("METADATA", "uniform_verify_metadata: a prefix length < 0, a draft slot outside int32, "
+                               "or a request's kv_indices entries past the capacity (not written)"),
 }
 
 
@@ -89,7 +94,7 @@ def bit_names(bits: int) -> List[str]:
     for b, (n, _) in _BIT_TEXT.items():
         if bits & b:
             names.append(n)
-    rest = bits & ~(ERR_KV_INDEX | ERR_KV_SHORT | ERR_QO_INDPTR)
+    rest = bits & ~_KNOWN_BITS
     if rest:
         names.append("0x%x" % rest)
     return names
@@ -150,7 +155,7 @@ def decode_error_word(words: Sequence[int], device=None) -> Optional[KernelInput
     for b, (n, text) in _BIT_TEXT.items():
         if bits & b:
             parts.append("%s (%s)" % (n, text))
-    rest = bits & ~(ERR_KV_INDEX | ERR_KV_SHORT | ERR_QO_INDPTR)
+    rest = bits & ~_KNOWN_BITS
     if rest:
         parts.append("unknown bits 0x%x" % rest)
     msg = "verify_attn: the kernel flagged invalid device inputs%s: error bits 0x%x = %s" % (
@@ -163,9 +168,14 @@ def decode_error_word(words: Sequence[int], device=None) -> Optional[KernelInput
             what = "bad KV index %d%s (page id or flat row; never read)" % (value, at)
         elif bits == ERR_KV_SHORT:
             what = "kv_len %d is shorter than its q_len" % value
+        elif bits == ERR_METADATA and pos < 0:
+            what = "prefix length or kv_indices end %d (negative, or past the capacity or 2^31)" % value
+        elif bits == ERR_METADATA:
+            what = "draft slot %d outside int32%s" % (value, at)
         else:
             what = "offending value %d%s" % (value, at)
-        effect = "rows skipped" if bits == ERR_QO_INDPTR else "its output rows are NaN"
+        effect = {ERR_QO_INDPTR: "rows skipped", ERR_METADATA: "its kv_indices entries not written"}.get(
+            bits, "its output rows are NaN")
         msg += ". First offending request: %d, %s (%s)" % (req, what, effect)
         if pos < 0:
             pos = None

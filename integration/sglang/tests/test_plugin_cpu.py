@@ -326,7 +326,7 @@ def _bare_backend(n, max_bs, req_to_token, max_context_len=64):
     b.num_draft_tokens = n
     b.target_verify_num_tokens_per_req = n
     b.max_context_len = max_context_len
-    b.device = torch.device("cpu")
+    b.device = "cpu"  # as SGLang sets it (TritonAttnBackend: model_runner.device, a string)
     b.req_to_token = req_to_token
     b._va_graph = None
     b._va_layer_keys = {}
@@ -675,6 +675,107 @@ def test_backend_padded_replays_reuse_the_causal_rows(monkeypatch):
         assert m.tree_mask.data_ptr() == b._va_graph["tree_mask"].data_ptr()
         assert _bits_to_rows(m.tree_mask, n) == [row for t in trees for row in _ancestors(t)] + chain * (bs - raw_bs)
         assert torch.equal(m.tree_mask, md.tree_mask_bits(qlen, seq_lens, n, raw_bs))  # rows built per call
+
+
+def _contract_metadata(calls):
+    """Stand-in for verify_attn.uniform_verify_metadata on CPU tensors: its documented
+    contract (kernels/verify_attn.h) as a host loop, recording what the backend passes."""
+    from verify_attn import VerifyMetadata
+
+    def f(prefix_len, draft_slots, n, *, draft_mask=None, kv_indices_capacity=None, pad_slot=0, out=None):
+        B, R = prefix_len.shape[0], draft_slots.numel() // n
+        calls.append(dict(R=R, draft_mask=draft_mask, out=out, cap=kv_indices_capacity))
+        o = out if out is not None else VerifyMetadata(None, None, None, None, None)
+        i32 = lambda t, k: t[:k] if t is not None else torch.empty(k, dtype=torch.int32)  # noqa: E731
+        qo, kvp, kvl = i32(o.qo_indptr, B + 1), i32(o.kv_indptr, B + 1), i32(o.kv_len, B)
+        kvi = o.kv_indices if o.kv_indices is not None else torch.empty(kv_indices_capacity, dtype=torch.int32)
+        words = md.mask_words(n)
+        tree = None
+        if draft_mask is not None:
+            tree = (o.tree_mask if o.tree_mask is not None else torch.empty(B * n, words, dtype=torch.int32))[: B * n]
+        start = 0
+        for r in range(B):
+            p = int(prefix_len[r])
+            qo[r], kvp[r], kvl[r] = r * n, start, p + n
+            for t in range(n):
+                kvi[start + p + t] = int(draft_slots[r * n + t]) if r < R else pad_slot
+                if tree is not None:
+                    vis = [bool(draft_mask[(r * n + t) * n + c]) if r < R else c <= t for c in range(n)]
+                    tree[r * n + t] = md.pack_bool_rows(torch.tensor([vis]), words)[0]
+            start += p + n
+        qo[B], kvp[B] = B * n, start
+        return VerifyMetadata(qo, kvp, kvi, kvl, tree)
+
+    return f
+
+
+# The GPU builder (_va_build_cuda: one va_verify_metadata launch + SGLang's pack) with
+# the launch replaced by its contract: the same metadata as the torch builder, every
+# byte-typed contiguous QLEN_ONLY mask handed to the launch (the real requests' rows,
+# raw_bs of them), any other layout / dtype converted by torch into the same buffers.
+@pytest.mark.parametrize("graph", [False, True])
+@pytest.mark.parametrize("layout,dtype,to_kernel", [("qlen_own", torch.bool, True), ("qlen_foreign", torch.uint8, True),
+                                                    ("qlen_foreign", torch.int32, False), ("full", torch.bool, False),
+                                                    ("chain", torch.bool, False), ("none", None, False)])
+def test_backend_gpu_builder_matches_the_torch_builder(monkeypatch, graph, layout, dtype, to_kernel):
+    _sglang_or_skip()
+    from types import SimpleNamespace
+
+    from verify_attn_sglang import backend as be
+
+    calls = []
+    monkeypatch.setattr(be, "_import_verify_attn", lambda: SimpleNamespace(
+        uniform_verify_metadata=_contract_metadata(calls), VerifyMetadata=__import__("verify_attn").VerifyMetadata))
+    rng = random.Random(41)
+    n, raw_bs, bs, pool, width = 5, 3, 5 if graph else 3, 6, 64
+    req_to_token = torch.randint(0, 5000, (pool, width), dtype=torch.int32)
+    req_pool_indices = torch.tensor([4, 1, 2, 0, 0][:bs])
+    seq_lens = torch.tensor([10, 1, 33, 1, 1][:bs], dtype=torch.int64)
+    out_cache_loc = torch.randint(5000, 6000, (raw_bs * n,), dtype=torch.int64)
+    trees = [[-1] + [rng.randrange(i) for i in range(1, n)] for _ in range(raw_bs)]
+    qlen = torch.cat([torch.tensor(_ancestors(t), dtype=torch.bool).reshape(-1) for t in trees])
+    metas = []
+    for gpu in (False, True):
+        b = _bare_backend(n, pool, req_to_token)
+        if graph:
+            b._va_alloc_graph(8)
+            for name in ("kv_indices", "tree_mask", "kv_indptr", "kv_len"):
+                b._va_graph[name].fill_(-3)
+        if gpu:
+            b._va_build_torch = b._va_build_cuda  # CPU tensors: take the GPU builder anyway
+        topk, cm = 4, None
+        if layout == "qlen_own":
+            b._verify_mask.buffer.fill_(True)
+            b._verify_mask.buffer[: qlen.numel()] = qlen
+            cm = b._verify_mask.buffer
+        elif layout == "qlen_foreign":
+            cm = qlen.to(dtype)
+        elif layout == "full":
+            cm = _full_mask(seq_lens[:raw_bs].tolist(), trees)
+        elif layout == "chain":
+            cm, topk = torch.tril(torch.ones(n, n, dtype=torch.bool)).repeat(raw_bs, 1, 1).reshape(-1), 1
+        extra = {"num_padding": bs - raw_bs} if graph else {}
+        fb = _verify_fb(n, req_pool_indices, seq_lens, out_cache_loc, cm, topk, **extra)
+        (b.init_forward_metadata_out_graph if graph else b.init_forward_metadata)(fb)
+        metas.append((b, b.va_metadata))
+    (_, ref), (b, got) = metas
+    assert len(calls) == 1 and calls[0]["R"] == raw_bs
+    assert (calls[0]["draft_mask"] is not None) == to_kernel
+    if graph:
+        assert calls[0]["out"].kv_indices is b._va_graph["kv_indices"]
+        assert (calls[0]["out"].tree_mask is not None) == to_kernel
+    else:
+        assert calls[0]["cap"] == int(seq_lens.sum()) + bs * n + 1
+    total = int(ref.kv_indptr[-1])
+    for f in ("qo_indptr", "kv_indptr", "kv_len"):
+        assert getattr(got, f).tolist() == getattr(ref, f).tolist(), f
+    assert got.kv_indices.dtype == torch.int32 and got.kv_indices[:total].tolist() == ref.kv_indices[:total].tolist()
+    assert (got.causal, got.max_kv_len) == (ref.causal, ref.max_kv_len)
+    assert (got.tree_mask is None) == (ref.tree_mask is None)
+    if ref.tree_mask is not None:
+        assert got.tree_mask.tolist() == ref.tree_mask.tolist()
+        if graph:
+            assert got.tree_mask.data_ptr() == b._va_graph["tree_mask"].data_ptr()
 
 
 # ForwardBatch._pad_inputs_to_size (DP attention / MLP sync, eager): req_pool_indices,

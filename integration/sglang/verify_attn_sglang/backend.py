@@ -381,7 +381,7 @@ class VerifyAttnBackend(TritonAttnBackend):
 
     def _va_alloc_graph(self, max_bs: int) -> None:
         n = self.num_draft_tokens
-        dev = self.device
+        dev = torch.device(self.device)  # SGLang passes a string ("cuda") or a torch.device
         cap = max_bs * (self.max_context_len + n) + 1  # +1: the pack's trash slot
         self._va_graph = dict(
             max_bs=max_bs,
@@ -389,7 +389,8 @@ class VerifyAttnBackend(TritonAttnBackend):
             qo_indptr=md.uniform_qo_indptr(max_bs, n, device=dev),
             kv_indptr=torch.zeros(max_bs + 1, dtype=torch.int32, device=dev),
             kv_len=torch.ones(max_bs, dtype=torch.int32, device=dev),
-            kv_indices64=torch.zeros(cap, dtype=torch.int64, device=dev),
+            # CPU tensors build the slots in int64 (torch's scatter); CUDA in place.
+            kv_indices64=torch.zeros(cap, dtype=torch.int64, device=dev) if dev.type == "cpu" else None,
             kv_indices=torch.zeros(cap, dtype=torch.int32, device=dev),
             tree_mask=torch.zeros(max_bs * n, md.mask_words(n), dtype=torch.int32, device=dev),
             causal_rows=md.causal_rows(n, device=dev),  # a padded replay's tree rows, built once
@@ -458,27 +459,16 @@ class VerifyAttnBackend(TritonAttnBackend):
                              f"CUDA-graph buffers were made for {g['n']} (--speculative-num-draft-tokens); "
                              "run it eagerly (--disable-cuda-graph) or with --attention-backend triton")
         if g is not None:
-            qo_indptr = g["qo_indptr"][: bs + 1]
-            kv_indptr = md.verify_kv_indptr(seq_lens, n, out=g["kv_indptr"])
-            kv_len = md.verify_kv_len(seq_lens, n, out=g["kv_len"])
-            idx64, idx32 = g["kv_indices64"], g["kv_indices"]
-            mask_out = g["tree_mask"]
-            pad_rows = g["causal_rows"] if g["causal_rows"].shape[0] == n else None  # None: built per call
             max_kv_len = self.max_context_len + n
+            cap = None
         else:
-            qo_indptr = md.uniform_qo_indptr(bs, n, device=dev)
-            kv_indptr = md.verify_kv_indptr(seq_lens, n)
-            kv_len = md.verify_kv_len(seq_lens, n)
             prefix_total = forward_batch.seq_lens_sum
             cpu_lens = forward_batch.seq_lens_cpu
             if prefix_total is None and cpu_lens is not None and cpu_lens.numel() >= bs:
                 prefix_total = int(cpu_lens[:bs].sum())
             if prefix_total is None:  # no host lengths (needs_cpu_seq_lens asks the scheduler for them)
                 prefix_total = bs * self.max_context_len
-            cap = int(prefix_total) + bs * n + 1
-            idx64 = torch.zeros(cap, dtype=torch.int64, device=dev)
-            idx32 = torch.empty(cap, dtype=torch.int32, device=dev)
-            mask_out = pad_rows = None
+            cap = int(prefix_total) + bs * n + 1  # +1: the CPU pack's trash slot
             if cpu_lens is not None and cpu_lens.numel() >= bs and bs > 0:
                 max_kv_len = int(cpu_lens[:bs].max()) + n
             else:
@@ -488,20 +478,13 @@ class VerifyAttnBackend(TritonAttnBackend):
             got = None if out_cache_loc is None else tuple(out_cache_loc.shape)
             raise ValueError(f"verify_attn backend: out_cache_loc {got} holds fewer than the {raw_bs} real "
                              f"requests x {n} drafts of this target verify")
-        self._va_pack_prefix(forward_batch, bs, seq_lens, kv_indptr, idx64)
-        md.scatter_draft_slots(idx64, kv_indptr, seq_lens, out_cache_loc[: raw_bs * n], n)
-        idx32.copy_(idx64)
-
         custom_mask = getattr(spec, "custom_mask", None) if spec is not None else None
         causal = custom_mask is None or getattr(spec, "topk", None) == 1 or n == 1
-        tree_mask = None
-        if not causal:
-            own = self._verify_mask.buffer if self._verify_mask is not None else None
-            cpu_lens = forward_batch.seq_lens_cpu
-            if cpu_lens is not None and cpu_lens.numel() < raw_bs:
-                cpu_lens = None
-            tree_mask = md.tree_mask_bits(custom_mask, seq_lens, n, raw_bs, own_buffer=own,
-                                          seq_lens_cpu=cpu_lens, out=mask_out, pad_rows=pad_rows)
+        own = self._verify_mask.buffer if self._verify_mask is not None else None
+        build = self._va_build_cuda if dev.type == "cuda" else self._va_build_torch
+        qo_indptr, kv_indptr, idx32, kv_len, tree_mask = build(
+            forward_batch, g, bs, raw_bs, n, seq_lens, out_cache_loc[: raw_bs * n], cap,
+            None if causal else custom_mask, own)
         self.va_metadata = VerifyMetadata(
             bs=bs, n=n, qo_indptr=qo_indptr, kv_indptr=kv_indptr, kv_indices=idx32, kv_len=kv_len,
             tree_mask=tree_mask, causal=causal, max_kv_len=max_kv_len,
@@ -509,6 +492,61 @@ class VerifyAttnBackend(TritonAttnBackend):
         # Code that inspects forward_metadata (the test kit's CUDA-graph
         # invariants: indptr monotonic, lengths >= 0) sees ours.
         self.forward_metadata = self.va_metadata
+
+    def _va_build_cuda(self, forward_batch, g, bs, raw_bs, n, seq_lens, draft_slots, cap, mask, own):
+        """The batch's metadata on the GPU: one verify_attn launch (indptrs,
+        lengths, draft slots, the QLEN_ONLY mask's bits) and SGLang's pack of
+        the prefix slots into the same int32 page table. A FULL-layout mask
+        (another producer's) is converted by torch."""
+        va = _import_verify_attn()
+        draft_mask = None
+        if (mask is not None and mask.dtype in (torch.bool, torch.uint8, torch.int8) and mask.is_contiguous()
+                and md.is_qlen_only_layout(mask, raw_bs, n, own)):
+            draft_mask = mask.view(-1)
+        out = None
+        if g is not None:
+            out = va.VerifyMetadata(g["qo_indptr"], g["kv_indptr"], g["kv_indices"], g["kv_len"],
+                                    g["tree_mask"] if draft_mask is not None else None)
+        m = va.uniform_verify_metadata(seq_lens, draft_slots, n, draft_mask=draft_mask, kv_indices_capacity=cap,
+                                       out=out)
+        self._va_pack_prefix(forward_batch, bs, seq_lens, m.kv_indptr, m.kv_indices)
+        tree_mask = m.tree_mask
+        if mask is not None and draft_mask is None:
+            tree_mask = self._va_torch_mask(forward_batch, g, bs, raw_bs, n, seq_lens, mask, own)
+        return m.qo_indptr, m.kv_indptr, m.kv_indices, m.kv_len, tree_mask
+
+    def _va_build_torch(self, forward_batch, g, bs, raw_bs, n, seq_lens, draft_slots, cap, mask, own):
+        """The same metadata through torch alone (CPU tensors: the CI tests)."""
+        dev = seq_lens.device
+        if g is not None:
+            qo_indptr = g["qo_indptr"][: bs + 1]
+            kv_indptr = md.verify_kv_indptr(seq_lens, n, out=g["kv_indptr"])
+            kv_len = md.verify_kv_len(seq_lens, n, out=g["kv_len"])
+            idx64, idx32 = g["kv_indices64"], g["kv_indices"]
+        else:
+            qo_indptr = md.uniform_qo_indptr(bs, n, device=dev)
+            kv_indptr = md.verify_kv_indptr(seq_lens, n)
+            kv_len = md.verify_kv_len(seq_lens, n)
+            idx64 = torch.zeros(cap, dtype=torch.int64, device=dev)
+            idx32 = torch.empty(cap, dtype=torch.int32, device=dev)
+        self._va_pack_prefix(forward_batch, bs, seq_lens, kv_indptr, idx64)
+        md.scatter_draft_slots(idx64, kv_indptr, seq_lens, draft_slots, n)
+        idx32.copy_(idx64)
+        tree_mask = None
+        if mask is not None:
+            tree_mask = self._va_torch_mask(forward_batch, g, bs, raw_bs, n, seq_lens, mask, own)
+        return qo_indptr, kv_indptr, idx32, kv_len, tree_mask
+
+    def _va_torch_mask(self, forward_batch, g, bs, raw_bs, n, seq_lens, mask, own):
+        mask_out = pad_rows = None
+        if g is not None:
+            mask_out = g["tree_mask"]
+            pad_rows = g["causal_rows"] if g["causal_rows"].shape[0] == n else None  # None: built per call
+        cpu_lens = forward_batch.seq_lens_cpu
+        if cpu_lens is not None and cpu_lens.numel() < raw_bs:
+            cpu_lens = None
+        return md.tree_mask_bits(mask, seq_lens, n, raw_bs, own_buffer=own, seq_lens_cpu=cpu_lens, out=mask_out,
+                                 pad_rows=pad_rows)
 
     # ------------------------------------------------------------------ forward
 
