@@ -368,7 +368,7 @@ struct ConfigDesc {
   bool rows_grid;    // the kernel can run the rows-first grid (TileShape*::kRowsGrid)
   bool k_tma;        // K tiles by bulk tensor copies (the sm_90a TMA kernel)
   bool arch_specific;  // a body only in sm_XYa images (the warp-role kernels, TileShape*::kSplitRoles)
-  int cluster_x;       // CTAs per cluster along x (TileShape*::kClusterX): the grid's x is this many times launch_grid's
+  int cluster_x;       // CTAs per cluster along x (TileShape*::kClusterX): grid x = cluster_x x launch_grid's
 };
 const ConfigDesc& config_desc(ConfigId id);
 

@@ -585,8 +585,8 @@ def make_problem(
 
 # Configuration tags (kernels/plan.cc) that tests name.
 PORTABLE_MLA = "mla_m32n32_s1"                # MLA on mma.sync, Q in shared memory: any arch
-SPLIT_MLA = "mla_split_m32n32"                # MLA on mma.sync by warp roles, 32 rows per CTA: sm_120, <= 32 rows per KV head
-CLUSTER_MLA = "mla_cluster_m64n32"            # the same over a 2-CTA cluster, 64 rows: sm_120, > 32 rows per KV head
+SPLIT_MLA = "mla_split_m32n32"                # MLA on mma.sync by warp roles, one CTA: sm_120 up to 32 rows
+CLUSTER_MLA = "mla_cluster_m64n32"            # the same over a 2-CTA cluster: sm_120 above 32 rows per KV head
 CP_ASYNC_MLA = "mla_wgmma_m64n64_pipe_rows"   # sm_90a: K by cp.async through a staged row table
 TMA_MLA = "mla_wgmma_seesaw_tma"              # sm_90a: K by TMA, page_size % 64 == 0 or flat
 TMA_ROWS_MLA = "mla_wgmma_seesaw_tma_rows"    # sm_90a: K by TMA through the rows map (kv_slot_runs)
