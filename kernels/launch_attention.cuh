@@ -13,6 +13,7 @@
 #include "kernels/attention_kernel.cuh"
 #include "kernels/gqa_roles_kernel.cuh"
 #include "kernels/launch.h"
+#include "kernels/mla_cluster_kernel.cuh"
 #include "kernels/mla_split_kernel.cuh"
 #include "kernels/pdl_launch.h"
 #include "kernels/plan.h"
@@ -32,6 +33,8 @@ constexpr auto kernel_for() {
     } else {
       return mla_wgmma_kernel<Shape, DT, Loader>;
     }
+  } else if constexpr (Shape::kSplitRoles && Shape::kVIsK && Shape::kClusterX > 1) {
+    return mla_cluster_kernel<Shape, DT, Loader>;
   } else if constexpr (Shape::kSplitRoles && Shape::kVIsK) {
     return mla_split_kernel<Shape, DT, Loader>;
   } else if constexpr (Shape::kSplitRoles) {
@@ -84,6 +87,7 @@ va_status launch_kernel(const KernelParams& kp, const Plan& plan, int dtype, voi
   dim3 grid;
   launch_grid(plan, Shape::kRowsGrid && plan.grid_rows_fastest, kp.batch_size, kp.num_kv_heads,
               &grid.x, &grid.y, &grid.z);
+  grid.x *= Shape::kClusterX;  // a cluster's CTAs side by side along x (cta_coord)
   cudaGetLastError();  // drop a stale, non-sticky error so the check below is ours
   // The sm_90a kernels are programmatic dependents of whatever ran before
   // them in the stream (kernels/pdl_launch.h): their launch and set-up
@@ -91,7 +95,7 @@ va_status launch_kernel(const KernelParams& kp, const Plan& plan, int dtype, voi
   // touching global memory.
   const cudaError_t e = launch_maybe_pdl(Shape::kWgmma, kernel_for<Shape, DT, Loader>(), grid,
                                          Shape::kThreads, Shape::kSmemBytes,
-                                         static_cast<cudaStream_t>(stream), kp);
+                                         static_cast<cudaStream_t>(stream), Shape::kClusterX, kp);
   if (e != cudaSuccess) cudaGetLastError();
   st = va_check_cuda(e != cudaSuccess ? e : cudaGetLastError(), "attention_kernel launch");
   if (st != VA_OK) return st;
@@ -164,6 +168,7 @@ va_status launch_attention(const KernelParams& kp, const Plan& plan, int dtype, 
     case kCfgGqa64Roles: return launch_config<kCfgGqa64Roles, Loader>(kp, plan, dtype, stream);
     case kCfgGqa128Roles: return launch_config<kCfgGqa128Roles, Loader>(kp, plan, dtype, stream);
     case kCfgGqa128RolesS3: return launch_config<kCfgGqa128RolesS3, Loader>(kp, plan, dtype, stream);
+    case kCfgMlaClusterM64N32: return launch_config<kCfgMlaClusterM64N32, Loader>(kp, plan, dtype, stream);
     default: break;
   }
   return va_fail(VA_ERR_UNSUPPORTED, "config: unknown configuration id %d",

@@ -15,19 +15,34 @@
 
 namespace verify_attn {
 
+// cluster_x > 1: thread-block clusters of cluster_x x 1 x 1 CTAs
+// (cudaLaunchAttributeClusterDimension; grid.x a multiple of cluster_x), the
+// cluster kernel's launch (kernels/mla_cluster_kernel.cuh).
 template <typename... Args>
 cudaError_t launch_maybe_pdl(bool pdl, void (*kernel)(Args...), dim3 grid, unsigned threads,
-                             size_t smem_bytes, cudaStream_t stream, const Args&... args) {
+                             size_t smem_bytes, cudaStream_t stream, unsigned cluster_x,
+                             const Args&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = dim3(threads, 1, 1);
   cfg.dynamicSmemBytes = smem_bytes;
   cfg.stream = stream;
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = pdl ? 1 : 0;
+  cudaLaunchAttribute attrs[2];
+  unsigned n = 0;
+  if (pdl) {
+    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  if (cluster_x > 1) {
+    attrs[n].id = cudaLaunchAttributeClusterDimension;
+    attrs[n].val.clusterDim.x = cluster_x;
+    attrs[n].val.clusterDim.y = 1;
+    attrs[n].val.clusterDim.z = 1;
+    ++n;
+  }
+  cfg.attrs = attrs;
+  cfg.numAttrs = n;
   return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 

@@ -30,7 +30,8 @@ constexpr ConfigDesc make_desc(const char* tag) {
   return ConfigDesc{tag,          S::kVIsK,      S::kDqk,   S::kDv,
                     S::kM,        S::kN,         S::kWarps, S::kStages,
                     S::kSmemBytes, S::kMinBlocks, S::kWgmma ? 90 : 0, S::kWgmma,
-                    tile_granule<S>(), S::kRowsGrid, k_by_tma<S>(), S::kSplitRoles};
+                    tile_granule<S>(), S::kRowsGrid, k_by_tma<S>(), S::kSplitRoles,
+                    S::kClusterX};
 }
 
 const ConfigDesc kDescs[kNumConfigs] = {
@@ -46,6 +47,7 @@ const ConfigDesc kDescs[kNumConfigs] = {
     make_desc<kCfgGqa64Roles>("gqa_d64_roles_m128n64"),
     make_desc<kCfgGqa128Roles>("gqa_d128_roles_m128n64"),
     make_desc<kCfgGqa128RolesS3>("gqa_d128_roles_m128n64_s3"),
+    make_desc<kCfgMlaClusterM64N32>("mla_cluster_m64n32"),
 };
 
 // Split-K rule: only when the unsplit grid is under one wave; then aim at
@@ -116,6 +118,12 @@ bool built_arch_specific(int sm_arch) {
 
 bool image_ok(int id, const DeviceInfo& dev) {
   return !kDescs[id].arch_specific || built_arch_specific(dev.sm_arch);
+}
+
+// A cluster kernel's grid x is cluster_x times request x KV head
+// (launch_grid's x; kernels/core/request.cuh, cta_coord): at most 2^31 - 1.
+bool cluster_grid_ok(int id, const va_params& p) {
+  return static_cast<int64_t>(p.batch_size) * p.num_kv_heads * kDescs[id].cluster_x <= 0x7fffffff;
 }
 
 bool layout_ok(int id, const va_params& p) {
@@ -289,12 +297,18 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
     // layout takes the cp.async kernel, which reads any layout the C-ABI
     // accepts. The mma.sync kernels are the portable MLA path (sm_120, whose
     // 101,376 bytes per block hold two stages of a 32-row tile without Q): the
-    // warp-role kernel first, the one-stage kernel with Q in shared memory
-    // behind it.
+    // warp-role kernels first, the one-stage kernel with Q in shared memory
+    // behind them. Of the warp-role kernels the 2-CTA cluster one (64 rows
+    // per K tile read, half of every K row per CTA) above 32 rows per KV
+    // head; at 32 rows or fewer half of its rows would be empty, and the
+    // one-CTA kernel (32 rows) does the same useful work on one SM instead of
+    // two.
     const bool sm90a = dev.sm_arch == 90 && built_sm90a();
     if (sm90a && tma_k_cache_ok(p)) cands[n++] = kCfgMlaWgmmaSeesawTma;
     if (sm90a && rows_hint_ok(p)) cands[n++] = kCfgMlaWgmmaSeesawRows;
     if (sm90a) cands[n++] = kCfgMlaWgmmaM64N64PR;
+    if (rows_max > 32 && cluster_grid_ok(kCfgMlaClusterM64N32, p) && image_ok(kCfgMlaClusterM64N32, dev))
+      cands[n++] = kCfgMlaClusterM64N32;
     if (image_ok(kCfgMlaSplitM32N32, dev)) cands[n++] = kCfgMlaSplitM32N32;
     cands[n++] = kCfgMlaM32N32S1;
   } else if (p.head_dim_qk == 64) {
@@ -326,7 +340,8 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
     const bool serves = fd.mla == mla && (mla || fd.head_dim_qk == p.head_dim_qk);
     const bool arch_ok =
         fd.only_arch == 0 || (fd.only_arch == dev.sm_arch && (!fd.wgmma || built_sm90a()));
-    if (serves && arch_ok && image_ok(forced, dev) && layout_ok(forced, p) && fd.smem_bytes <= smem_cap)
+    if (serves && arch_ok && image_ok(forced, dev) && layout_ok(forced, p) && cluster_grid_ok(forced, p) &&
+        fd.smem_bytes <= smem_cap)
       chosen = forced;
   }
   for (int i = 0; i < n && chosen < 0; ++i) {
@@ -360,7 +375,9 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
     // pool is about the per-block opt-in limit + 1 KB).
     const int by_smem = (smem_cap + 1024) / (d.smem_bytes + 1024);
     const int per_sm = std::max(1, std::min(by_smem, d.min_blocks));
-    splits = choose_splits(ctas, kv_tiles, dev.num_sms, per_sm, d.tile_granule);
+    // A cluster's CTAs each hold an SM slot (the two CTAs of the cluster
+    // kernel share a row tile's work per KV tile): counted as CTAs.
+    splits = choose_splits(ctas * d.cluster_x, kv_tiles, dev.num_sms, per_sm, d.tile_granule);
   }
   if (splits > 65535)
     return va_fail(VA_ERR_INVALID_VALUE, "num_splits: at most 65535 (got %lld)",

@@ -35,6 +35,7 @@ struct TileShape {
   static constexpr bool kRowsGrid = false;
   // Visits every KV tile of its range (kernels/core/request.cuh, kv_tile).
   static constexpr bool kSkipDraftTiles = false;
+  static constexpr int kClusterX = 1;  // CTAs per cluster (cta_coord)
   static constexpr int kRowsPerWarp = 16;
   static constexpr int kMinBlocks = MIN_BLOCKS_;
   static constexpr int kDqk = DQK_;
@@ -99,6 +100,7 @@ struct TileShapeWgmmaMla {
   static_assert(!ROWS_GATHER || SEESAW_TMA, "the rows-map gathers are the TMA kernel's");
   static_assert(!SKIP_DRAFT_TILES || SEESAW_TMA, "only the TMA kernel skips draft tiles");
   static constexpr bool kSkipDraftTiles = SKIP_DRAFT_TILES;
+  static constexpr int kClusterX = 1;  // CTAs per cluster (cta_coord)
   static constexpr int kRowsPerWarp = 16;
   static constexpr int kMinBlocks = 1;
   static constexpr int kDqk = 576;
@@ -146,6 +148,7 @@ struct TileShapeSplitMla {
   static constexpr bool kSplitRoles = true;
   static constexpr bool kRowsGrid = false;
   static constexpr bool kSkipDraftTiles = false;
+  static constexpr int kClusterX = 1;  // CTAs per cluster (cta_coord)
   static constexpr int kMinBlocks = 1;
   static constexpr int kDqk = 576;
   static constexpr int kDv = 512;
@@ -173,6 +176,68 @@ struct TileShapeSplitMla {
   static_assert(kN % 16 == 0 && kStages >= 2, "tile");
 };
 
+// Portable MLA (576/512) by warp roles across a cluster of two CTAs
+// (kernels/mla_cluster_kernel.cuh): the cluster owns 64 folded query rows, and
+// CTA rank c owns half of every K row, value columns [256 c, 256 c + 256) and
+// rope dims [512 + 32 c, 512 + 32 c + 32): the 288 dims of its Q K^T hold
+// exactly the value columns of its P V, so no V crosses CTAs; only the
+// partial scores do. Per CTA:
+//   4 load warps gather the CTA's 288 dims of each N-row tile with cp.async
+//     into a ring of STAGES stages ("full" / "empty" mbarriers);
+//   4 S warps (16 rows x 288 dims each, Q in registers) compute the partial
+//     S, send it into the partner CTA's exchange buffer (st.async, counted in
+//     bytes on the partner's mbarrier), add the partner's half (both CTAs add
+//     the same two halves, so both hold the same scores), mask, run the
+//     online softmax for all 64 rows and write P (bf16) and the rows' rescale
+//     factors for the local O warps;
+//   4 O warps (64 rows x 64 of the CTA's 256 value columns) keep O in
+//     registers and add P V from the stage's value part.
+// Each K byte an SM reads feeds 64 rows (mla_split_m32n32: 32), and a CTA
+// holds half of 64 rows' Q and O in registers.
+// Shared memory: K [STAGES][N][288 + 8], P [2][64][N + 8], rescale [2][64],
+// received partial scores [2 buffers][4 warps][N / 8][32 lanes][4] fp32, final
+// row max / sum [2][64], mbarriers (2 x STAGES + 2 x 4): 84,592 bytes at N = 32,
+// 3 stages, within sm_120's 101,376.
+template <int N_, int STAGES_>
+struct TileShapeClusterMla {
+  static constexpr bool kWgmma = false;
+  static constexpr bool kSplitRoles = true;
+  static constexpr bool kRowsGrid = false;
+  static constexpr bool kSkipDraftTiles = false;
+  static constexpr int kClusterX = 2;  // CTAs per cluster (cta_coord): rank c owns half of every K row
+  static constexpr int kMinBlocks = 1;
+  static constexpr int kDqk = 576;
+  static constexpr int kDv = 512;
+  static constexpr bool kVIsK = true;
+  static constexpr int kDqkHalf = kDqk / 2;      // 288 dims of Q K^T per CTA
+  static constexpr int kDvHalf = kDv / 2;        // 256 value columns per CTA
+  static constexpr int kRopeHalf = kDqkHalf - kDvHalf;  // 32 rope dims per CTA
+  static constexpr int kM = 64;
+  static constexpr int kN = N_;
+  static constexpr int kStages = STAGES_;
+  static constexpr int kSWarps = 4;
+  static constexpr int kOWarps = 4;
+  static constexpr int kLoadWarps = 4;
+  static constexpr int kWarps = kSWarps + kOWarps + kLoadWarps;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kComputeThreads = 32 * (kSWarps + kOWarps);
+  static constexpr int kOCols = kDvHalf / kOWarps;  // value columns per O warp
+  static constexpr int kKStride = kDqkHalf + 8;     // elements: odd 16-byte chunks per row (ldmatrix)
+  static constexpr int kPStride = kN + 8;
+  static constexpr int kXFloats = (kN / 8) * 4;     // partial scores per lane
+  static constexpr int kXWarpBytes = kXFloats * 32 * 4;  // one warp's partial S: the bytes its mbarrier expects
+  static constexpr int kKBytes = kStages * kN * kKStride * 2;
+  static constexpr int kPBytes = 2 * kM * kPStride * 2;
+  static constexpr int kAlphaBytes = 2 * kM * 4;
+  static constexpr int kXBytes = 2 * kSWarps * kXWarpBytes;
+  static constexpr int kStatBytes = 2 * kM * 4;
+  static constexpr int kBarBytes = (2 * kStages + 2 * kSWarps) * 8;
+  static constexpr int kSmemBytes = kKBytes + kPBytes + kAlphaBytes + kXBytes + kStatBytes + kBarBytes;
+  static_assert(kN % 16 == 0 && kStages >= 2, "tile");
+  static_assert(kM == 16 * kSWarps, "an S warp per 16 rows");
+  static_assert((kKBytes + kPBytes + kAlphaBytes) % 16 == 0, "the exchange buffers take 16-byte stores");
+};
+
 // Portable GQA / MHA (head_dim D for Q, K and V) with its work split by warp
 // role (kernels/gqa_roles_kernel.cuh): M = 16 x CW folded query rows per CTA,
 // KV tiles of N rows in a ring of STAGES shared-memory stages.
@@ -194,6 +259,7 @@ struct TileShapeRolesGqa {
   static constexpr bool kSplitRoles = true;  // kernels/launch_attention.cuh, kernel_for: V_IS_K picks the MLA one
   static constexpr bool kRowsGrid = false;
   static constexpr bool kSkipDraftTiles = false;
+  static constexpr int kClusterX = 1;  // CTAs per cluster (cta_coord)
   static constexpr int kMinBlocks = 1;
   static constexpr int kDqk = D_;
   static constexpr int kDv = D_;
@@ -252,6 +318,7 @@ enum ConfigId : int {
   kCfgGqa64Roles,         // GQA / MHA head_dim 64 by warp roles: arch-specific images
   kCfgGqa128Roles,        // head_dim 128 by warp roles: arch-specific images
   kCfgGqa128RolesS3,      // the same with three stages where 104,496 bytes fit (sm_90a)
+  kCfgMlaClusterM64N32,   // portable MLA by warp roles over a 2-CTA cluster: arch-specific images
   kNumConfigs
 };
 
@@ -276,6 +343,8 @@ template <> struct ConfigShape<kCfgMlaSplitM32N32> { using type = TileShapeSplit
 template <> struct ConfigShape<kCfgGqa64Roles> { using type = TileShapeRolesGqa<64, 8, 64, 2, 4>; };
 template <> struct ConfigShape<kCfgGqa128Roles> { using type = TileShapeRolesGqa<128, 8, 64, 2, 4>; };
 template <> struct ConfigShape<kCfgGqa128RolesS3> { using type = TileShapeRolesGqa<128, 8, 64, 3, 4>; };
+// Three stages of the CTA's 288-dim half of 32-row K tiles: 84,592 bytes.
+template <> struct ConfigShape<kCfgMlaClusterM64N32> { using type = TileShapeClusterMla<32, 3>; };
 
 // Whether a tile shape loads K by TMA (its tensor map encoded per launch).
 template <class S>
@@ -299,6 +368,7 @@ struct ConfigDesc {
   bool rows_grid;    // the kernel can run the rows-first grid (TileShape*::kRowsGrid)
   bool k_tma;        // K tiles by bulk tensor copies (the sm_90a TMA kernel)
   bool arch_specific;  // a body only in sm_XYa images (the warp-role kernels, TileShape*::kSplitRoles)
+  int cluster_x;       // CTAs per cluster along x (TileShape*::kClusterX): grid x = cluster_x x launch_grid's
 };
 const ConfigDesc& config_desc(ConfigId id);
 

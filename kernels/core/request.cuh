@@ -43,20 +43,24 @@ constexpr int kMaxKvLen = 0x7fffffff;  // kv lengths are int32 (kernels/verify_a
 
 // This CTA's grid coordinates (kernels/plan.h, grid_coord: the grid's order
 // and why). kRowsGrid: the kernel's Shape::kRowsGrid (false: the request-major
-// grid, which the plan then always launches).
-template <bool kRowsGrid>
+// grid, which the plan then always launches). kClusterX: the kernel's
+// Shape::kClusterX, CTAs per cluster along x: the grid's x is that many times
+// grid_coord's, x = kClusterX * (request * Hkv + kv head) + rank, and every
+// CTA of a cluster has the same coordinates (request-major grid only).
+template <bool kRowsGrid, int kClusterX = 1>
 __device__ __forceinline__ CtaCoord cta_coord(const KernelParams& p) {
-  return grid_coord(kRowsGrid && p.grid_rows_fastest != 0, p.num_kv_heads, blockIdx.x,
-                    blockIdx.y, blockIdx.z, gridDim.x, gridDim.y);
+  static_assert(kClusterX == 1 || !kRowsGrid, "clusters split the request-major grid's x");
+  return grid_coord(kRowsGrid && p.grid_rows_fastest != 0, p.num_kv_heads, blockIdx.x / kClusterX,
+                    blockIdx.y, blockIdx.z, gridDim.x / kClusterX, gridDim.y);
 }
 
 // M folded rows per CTA, N KV rows per tile; the grid as cta_coord says.
-// kSkipDraftTiles, kRowsGrid: the kernel's Shape::kSkipDraftTiles (below),
-// Shape::kRowsGrid.
-template <bool kSkipDraftTiles, bool kRowsGrid, class Loader>
+// kSkipDraftTiles, kRowsGrid, kClusterX: the kernel's Shape::kSkipDraftTiles
+// (below), Shape::kRowsGrid, Shape::kClusterX.
+template <bool kSkipDraftTiles, bool kRowsGrid, int kClusterX = 1, class Loader>
 __device__ __forceinline__ int request_tile(const KernelParams& p, const Loader& loader, int M,
                                             int N, RequestTile* t) {
-  const CtaCoord cc = cta_coord<kRowsGrid>(p);
+  const CtaCoord cc = cta_coord<kRowsGrid, kClusterX>(p);
   const int req = cc.req, hk = cc.hk, split = cc.split;
   const int row_tile = cc.row_tile;  // the longest first in launch order (grid_coord)
   // Reports request-level errors once: row tile 0 exists whenever q_len > 0.
@@ -223,7 +227,7 @@ template <class Shape, typename DT, class Loader>
 __device__ __forceinline__ bool start_request(const KernelParams& p, const Loader& loader, int hk,
                                               RequestTile* rt) {
   const int st =
-      request_tile<Shape::kSkipDraftTiles, Shape::kRowsGrid>(p, loader, Shape::kM, Shape::kN, rt);
+      request_tile<Shape::kSkipDraftTiles, Shape::kRowsGrid, Shape::kClusterX>(p, loader, Shape::kM, Shape::kN, rt);
   if (st == kRequestNanRows)
     write_nan_rows<Shape, DT>(p, rt->q_start, rt->R, rt->row0, hk, blockIdx.z);
   return st == kRequestRun;

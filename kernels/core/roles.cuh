@@ -24,7 +24,7 @@ __device__ __forceinline__ bool role_prologue(const KernelParams& p, RequestTile
                                               uint64_t* full, uint64_t* empty, uint32_t full_arrivals,
                                               uint32_t empty_arrivals) {
   {
-    const CtaCoord cc = cta_coord<Shape::kRowsGrid>(p);
+    const CtaCoord cc = cta_coord<Shape::kRowsGrid, Shape::kClusterX>(p);
     const Loader loader(p, cc.req, cc.hk);
     RequestTile rt;
     if (!start_request<Shape, DT, Loader>(p, loader, cc.hk, &rt)) return false;

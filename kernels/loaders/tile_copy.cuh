@@ -43,6 +43,32 @@ __device__ __forceinline__ void copy_rows_async(DT* sk, DT* sv, const DT* gk, co
   }
 }
 
+// copy_rows_async for rows whose shared-memory copy is two column ranges of
+// the global row: elements [a0, a0 + DA) then [b0, b0 + DB), side by side in a
+// padded row of KSTRIDE (the cluster MLA kernel's half of a K row: 256 value
+// columns and 32 rope dims). Same threads per row, row function and zero fill.
+template <int ROWS, int NTHREADS, int DA, int DB, int KSTRIDE, typename DT, typename RowFn>
+__device__ __forceinline__ void copy_rows_2range_async(DT* sk, const DT* gk, int a0, int b0, RowFn row_fn,
+                                                       int tid) {
+  constexpr int kTpr = NTHREADS >= ROWS ? NTHREADS / ROWS : 1;
+  constexpr int kRowStep = NTHREADS / kTpr;
+  constexpr int kAChunks = DA / kChunkElems;
+  constexpr int kChunks = (DA + DB) / kChunkElems;
+  static_assert(DA % kChunkElems == 0 && DB % kChunkElems == 0, "16-byte ranges");
+  static_assert(kChunks % kTpr == 0, "every thread of a row copies the same number of chunks");
+  for (int r = tid / kTpr; r < ROWS; r += kRowStep) {
+    int64_t k_off = 0, v_off = 0;
+    const bool ok = row_fn(r, &k_off, &v_off);
+    const DT* ks = ok ? gk + k_off : gk;  // not dereferenced when !ok
+#pragma unroll
+    for (int k = 0; k < kChunks / kTpr; ++k) {
+      const int c = tid % kTpr + k * kTpr;
+      const int src = c < kAChunks ? a0 + c * kChunkElems : b0 + (c - kAChunks) * kChunkElems;
+      cp_async_16(sk + r * KSTRIDE + c * kChunkElems, ks + src, ok);
+    }
+  }
+}
+
 // copy_rows_async's row function for the KV tile whose first row is j0: rows
 // past kv_len are zero-filled (masked, and 0 * V stays finite); a row at a bad
 // index (Loader::row flags it in the error word) is zero-filled and sets *bad,

@@ -322,14 +322,74 @@ int main() {
     for (int id = 0; id < va::kNumConfigs; ++id) {
       const va::ConfigDesc& d = va::config_desc(static_cast<va::ConfigId>(id));
       if (d.wgmma && !sm90a) continue;  // no sm_90a image: its kernels are stubs, never planned
-      // The warp-role kernel runs only from an arch-specific image: the walk
-      // plans it on sm_120 when this build has sm_120a (kernels/plan.cc).
-      if (id == va::kCfgMlaSplitM32N32 && std::string(va_compiled_archs()).find("sm_120a") == std::string::npos)
+      // The warp-role MLA kernels run only from an arch-specific image: the
+      // walk (256 rows per KV head) plans the cluster one on sm_120 when this
+      // build has sm_120a (kernels/plan.cc); the one-CTA kernel, planned up to
+      // 32 rows, is checked below.
+      if (id == va::kCfgMlaSplitM32N32) continue;
+      if (id == va::kCfgMlaClusterM64N32 && std::string(va_compiled_archs()).find("sm_120a") == std::string::npos)
         continue;
       // The three-stage GQA instance fits only sm_90's shared memory and runs
       // only from its sm_90a image.
       if (id == va::kCfgGqa128RolesS3 && !sm90a) continue;
       CHECK(planned.count(id) == 1, "configuration %s is compiled but no rule plans it", d.tag);
+    }
+  }
+  // The sm_120 MLA kernels by warp roles (where the build has the device's
+  // arch-specific image): the 2-CTA cluster kernel above 32 rows per KV head,
+  // the one-CTA kernel up to 32; each reachable by forcing its tag; both fit
+  // sm_120's 101,376 bytes; an sm_90 planned for sm_120's shared memory (bench
+  // --sm120) runs the cluster kernel too. A cluster's CTAs count as CTAs for
+  // the split rule.
+  {
+    const bool sm120a = std::string(va_compiled_archs()).find("sm_120a") != std::string::npos;
+    const bool sm90a = std::string(va_compiled_archs()).find("sm_90a") != std::string::npos;
+    const char* cluster = "mma_sync_bf16_mla_cluster_m64n32";
+    const char* split = "mma_sync_bf16_mla_split_m32n32";
+    auto name = [&](const va_params& p, const va::DeviceInfo& dev) -> std::string {
+      va::Plan plan;
+      if (make_plan(p, dev, &plan) != VA_OK) return std::string("error: ") + va_last_error_message();
+      return plan.name;
+    };
+    for (int id : {va::kCfgMlaClusterM64N32, va::kCfgMlaSplitM32N32}) {
+      const va::ConfigDesc& d = va::config_desc(static_cast<va::ConfigId>(id));
+      CHECK(d.smem_bytes <= 101376 && d.arch_specific && d.mla, "%s: %d bytes", d.tag, d.smem_bytes);
+    }
+    CHECK(va::config_desc(va::kCfgMlaClusterM64N32).cluster_x == 2 &&
+              va::config_desc(va::kCfgMlaClusterM64N32).m == 64,
+          "the cluster kernel: 2 CTAs per 64 rows");
+    va_params many = shape(true, 576, 16, 1, 1, 3, 4096);  // 48 rows per KV head
+    va_params few = shape(true, 576, 16, 1, 1, 2, 4096);   // 32
+    many.dtype = few.dtype = VA_DTYPE_BF16;
+    if (sm120a) {
+      CHECK(name(many, sm120) == cluster, "MLA 48 rows on sm_120: %s", name(many, sm120).c_str());
+      CHECK(name(few, sm120) == split, "MLA 32 rows on sm_120: %s", name(few, sm120).c_str());
+      set_config("mla_split_m32n32");
+      CHECK(name(many, sm120) == split, "forced split on sm_120: %s", name(many, sm120).c_str());
+      set_config("mla_cluster_m64n32");
+      CHECK(name(few, sm120) == cluster, "forced cluster on sm_120: %s", name(few, sm120).c_str());
+      set_config("");
+      // Splits: the same batch as split / cluster CTAs; the cluster's row tile
+      // is one CTA of each of two SMs.
+      va_params b = shape(true, 576, 16, 1, 40, 8, 32768);  // 128 rows: 2 row tiles x 2 CTAs x 40
+      b.dtype = VA_DTYPE_BF16;
+      va::Plan plan;
+      CHECK(make_plan(b, sm120, &plan) == VA_OK && plan.config == va::kCfgMlaClusterM64N32 && plan.row_tiles == 2,
+            "B40 T8 on sm_120: %s", plan.name);
+      CHECK(plan.splits == va::choose_splits(40 * 2 * 2, 1024, sm120.num_sms, 1, 1),
+            "cluster CTAs counted for the split rule: %d splits", plan.splits);
+    } else {
+      CHECK(name(many, sm120).find("mla_cluster") == std::string::npos, "no sm_120a image: %s",
+            name(many, sm120).c_str());
+    }
+    if (sm90a) {
+      set_config("mla_cluster_m64n32");
+      CHECK(name(many, sm90) == cluster, "forced cluster on sm_90: %s", name(many, sm90).c_str());
+      set_config("");
+      g_opt.max_smem_bytes = 101376;
+      CHECK(name(many, sm90) == cluster, "sm_90 planned as sm_120: %s", name(many, sm90).c_str());
+      CHECK(name(few, sm90) == split, "sm_90 planned as sm_120, 32 rows: %s", name(few, sm90).c_str());
+      g_opt.max_smem_bytes = 0;
     }
   }
   // Forced splits are honoured; no device smem small enough fails cleanly.

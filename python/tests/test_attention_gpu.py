@@ -258,13 +258,16 @@ def run_case(c, seed, device="cuda"):
 # kernel whose producer copies K by cp.async through a staged row table
 # ("cp_async", mla_wgmma_m64n64_pipe_rows, which the plan picks for page sizes
 # below 64), forced onto every layout; and the warp-role mma.sync kernel
-# ("mma_split", mla_split_m32n32: what the plan picks on sm_120), forced.
+# ("mma_split", mla_split_m32n32: what the plan picks on sm_120 up to 32 rows
+# per KV head) and its 2-CTA cluster form ("mla_cluster", mla_cluster_m64n32:
+# what sm_120 picks above 32 rows), forced.
 # test_mla_path_pinned checks which one ran. GQA / MHA at head_dim 64 / 128
 # runs the warp-role kernel (the plan's choice; three stages on sm_90 at head_dim
 # 128), the two-stage instance sm_120 runs ("gqa_roles_s2") and the one-tile
 # kernel behind it ("gqa_tile", testing.ONE_TILE_GQA), forced.
 CASE_PATHS = ([(c, "auto") for c in CASES] + [(c, "mma_sync") for c in CASES if MODELS[c["model"]].mla]
               + [(c, "mma_split") for c in CASES if MODELS[c["model"]].mla]
+              + [(c, "mla_cluster") for c in CASES if MODELS[c["model"]].mla]
               + [(c, "cp_async") for c in CASES if MODELS[c["model"]].mla]
               + [(c, "gqa_tile") for c in CASES if MODELS[c["model"]].d_qk in testing.ONE_TILE_GQA]
               + [(c, "gqa_roles_s2") for c in CASES if MODELS[c["model"]].d_qk == 128])
@@ -285,7 +288,7 @@ def test_kernel_matches_reference(case, path, kernel_path):
         kernel_path(testing.KernelPath(config=testing.ROLES_GQA[d]))
     else:
         kernel_path(path)
-    want = {"cp_async": CP_ASYNC_MLA, "mma_split": testing.SPLIT_MLA,
+    want = {"cp_async": CP_ASYNC_MLA, "mma_split": testing.SPLIT_MLA, "mla_cluster": testing.CLUSTER_MLA,
             "gqa_tile": testing.ONE_TILE_GQA.get(d), "gqa_roles_s2": testing.ROLES_GQA.get(d)}.get(path)
     if want is not None or (path == "auto" and d in testing.ROLES_GQA):
         prob = build_problem(case, 0, "cuda")
@@ -300,6 +303,7 @@ def test_kernel_matches_reference(case, path, kernel_path):
     seed = new_seed()
     err = run_case(case, seed)
     key = case["layout"] + {"auto": "", "mma_sync": " (mla on mma.sync)", "mma_split": " (mla on mma.sync roles)",
+                            "mla_cluster": " (mla on mma.sync roles, 2-CTA cluster)",
                             "cp_async": " (mla on wgmma, cp.async)", "gqa_tile": " (gqa one-tile)",
                             "gqa_roles_s2": " (gqa roles, 2 stages)"}[path]
     if MODELS[case["model"]].mla and path == "auto":

@@ -139,6 +139,29 @@ def test_poisoned_requests_are_nan(mla):
         assert torch.isnan(out[rows(a, req)]).all(), "request %d: output not NaN" % req
 
 
+@pytest.mark.parametrize("splits", [0, 2], ids=["unsplit", "split2"])
+@pytest.mark.parametrize("path", ["mma_split", "mla_cluster"])
+def test_warp_role_mla_bad_index(path, splits):
+    """The sm_120 MLA kernels (warp roles: one CTA of 32 rows, or a 2-CTA cluster of 64 rows
+    whose CTAs gather the two halves of every K row), forced: a bad page id is flagged, its
+    request's rows are NaN (a cluster's CTAs both meet the row and share the NaN rows), the
+    other requests exact."""
+    a = make_paged(mla=True, page_size=1)
+    clean_ref = ref(a)
+    pa, bad = poison(a)
+    with testing.kernel_path(path):
+        want = testing.PATHS[path].config
+        assert testing.plan_info(pa, num_splits=splits)["name"].endswith(want)
+        out = run(pa, num_splits=splits)
+    with pytest.raises(verify_attn.KernelInputError) as ei:
+        verify_attn.check_errors()
+    assert_names_a_poisoned_request(ei.value, bad, 1)
+    verify_attn.check_errors()
+    for req in bad:
+        assert torch.isnan(out[rows(a, req)]).all(), "request %d: output not NaN" % req
+    assert_exact(out, clean_ref, a, (0, 2))
+
+
 def test_debug_mode_raises_at_the_call():
     a = make_paged()
     pa, bad = poison(a)

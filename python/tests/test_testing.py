@@ -257,7 +257,8 @@ def test_configurations_named_exist():
     if not _ext.available():
         pytest.skip("the compiled extension")
     tags = verify_attn.runtime_info()["config_tags"]
-    for tag in (testing.PORTABLE_MLA, testing.CP_ASYNC_MLA, testing.TMA_MLA, testing.TMA_ROWS_MLA):
+    for tag in (testing.PORTABLE_MLA, testing.SPLIT_MLA, testing.CLUSTER_MLA, testing.CP_ASYNC_MLA, testing.TMA_MLA,
+                testing.TMA_ROWS_MLA):
         assert tag in tags, (tag, tags)
 
 

@@ -67,6 +67,8 @@ __all__ = [
     "PATHS",
     "kernel_path",
     "PORTABLE_MLA",
+    "SPLIT_MLA",
+    "CLUSTER_MLA",
     "CP_ASYNC_MLA",
     "TMA_MLA",
     "TMA_ROWS_MLA",
@@ -583,7 +585,8 @@ def make_problem(
 
 # Configuration tags (kernels/plan.cc) that tests name.
 PORTABLE_MLA = "mla_m32n32_s1"                # MLA on mma.sync, Q in shared memory: any arch
-SPLIT_MLA = "mla_split_m32n32"                # MLA on mma.sync by warp roles: sm_120's configuration
+SPLIT_MLA = "mla_split_m32n32"                # MLA on mma.sync by warp roles, one CTA: sm_120 up to 32 rows
+CLUSTER_MLA = "mla_cluster_m64n32"            # the same over a 2-CTA cluster: sm_120 above 32 rows per KV head
 CP_ASYNC_MLA = "mla_wgmma_m64n64_pipe_rows"   # sm_90a: K by cp.async through a staged row table
 TMA_MLA = "mla_wgmma_seesaw_tma"              # sm_90a: K by TMA, page_size % 64 == 0 or flat
 TMA_ROWS_MLA = "mla_wgmma_seesaw_tma_rows"    # sm_90a: K by TMA through the rows map (kv_slot_runs)
@@ -623,6 +626,7 @@ PATHS: Dict[str, KernelPath] = {
     "auto": KernelPath(),                     # the plan's choice
     "mma_sync": KernelPath(config=PORTABLE_MLA),
     "mma_split": KernelPath(config=SPLIT_MLA),
+    "mla_cluster": KernelPath(config=CLUSTER_MLA),
     "cp_async": KernelPath(config=CP_ASYNC_MLA),
     "tma": KernelPath(config=TMA_MLA),
     "tma_rows": KernelPath(config=TMA_ROWS_MLA),

@@ -1,0 +1,352 @@
+// The portable MLA kernel (576/512) by warp roles over a cluster of two CTAs,
+// for sm_120's 101,376 bytes per block and mma.sync (kernels/plan.h,
+// TileShapeClusterMla, says the roles and the shared-memory layout;
+// docs/design_portable.md counts why).
+//
+// Grid: x = 2 x (request x Hkv) + rank, clusters of 2 along x; both CTAs of a
+// cluster take the same 64 folded rows (token-major, all heads) of one
+// request and the same KV tiles of its split (kernels/core/request.cuh,
+// cta_coord), so they start, loop and exit together. CTA rank c owns half of
+// every K row: value columns [256 c, 256 c + 256) and rope dims
+// [512 + 32 c, 512 + 32 c + 32), which is exactly the part of Q K^T whose
+// value columns its P V needs: only the partial scores cross CTAs.
+//
+// Per KV tile (visit i, stage i % STAGES, P and exchange buffer b = i % 2):
+//   load warps  wait until the stage is free, gather the CTA's 288 dims of
+//               its N rows (zero rows past kv_len or at a bad index, which is
+//               flagged), their copies completing on the stage's `full`;
+//   S warps     wait `full`, S_c = Q_c K_c^T (16 rows x N per warp, Q_c in
+//               registers), release the stage for their part, send S_c into
+//               the partner's exchange buffer b (st.async, whose bytes
+//               complete the partner's xfull[b][warp]), wait for the
+//               partner's half on the local xfull[b][warp] and add it: both
+//               CTAs add the same two halves (fp32 addition commutes), so
+//               both hold the same scores and run the same softmax. Then
+//               scale and mask, the online softmax, and, once the O warps are
+//               done with P of two tiles ago, P (bf16) and the rows' rescale
+//               factors, and all arrive on FULL_P;
+//   O warps     wait FULL_P, rescale O, O += P V (V: the stage's 256 value
+//               columns), release the stage and P.
+// Exchange buffer b of warp w is rewritten by the partner at visit i + 2 only
+// after the partner has received this CTA's half of visit i + 1, which this
+// warp sends after it has read buffer b at visit i: double buffering with one
+// phase per use needs no "empty" signal across the cluster.
+// After the loop the rows' running max and sum go to shared memory and the O
+// warps normalize and store the CTA's 256 value columns of O (or the split's
+// partial O; rank 0 writes the lse). Every thread arrives on a cluster
+// barrier when its part is done and waits on it before exiting, so no CTA
+// leaves while its partner can still write into it.
+#ifndef VERIFY_ATTN_MLA_CLUSTER_KERNEL_CUH_
+#define VERIFY_ATTN_MLA_CLUSTER_KERNEL_CUH_
+
+#include <stdint.h>
+
+#include "kernels/core/cluster.cuh"
+#include "kernels/core/epilogue.cuh"
+#include "kernels/core/mask.cuh"
+#include "kernels/core/mma.cuh"
+#include "kernels/core/request.cuh"
+#include "kernels/core/roles.cuh"
+#include "kernels/core/scores.cuh"
+#include "kernels/core/softmax.cuh"
+#include "kernels/core/types.cuh"
+#include "kernels/launch.h"
+#include "kernels/loaders/tile_copy.cuh"
+#include "kernels/plan.h"
+#include "kernels/sm90/sync.cuh"
+
+namespace verify_attn {
+
+template <class Shape, typename DT, class Loader>
+__global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const KernelParams p) {
+#if VA_ARCH_SPECIFIC_BODY
+  using sm90::mbar_arrive;
+  using sm90::mbar_wait;
+  using sm90::named_barrier_arrive;
+  using sm90::named_barrier_sync;
+  constexpr int M = Shape::kM, N = Shape::kN, STAGES = Shape::kStages;
+  constexpr int DV = Shape::kDv, DH = Shape::kDqkHalf, DVH = Shape::kDvHalf, DR = Shape::kRopeHalf;
+  constexpr int KS = Shape::kKStride, PS = Shape::kPStride;
+  constexpr int CT = Shape::kComputeThreads;
+  constexpr int kS = Shape::kSWarps, kO = Shape::kOWarps;
+  constexpr int CX = Shape::kClusterX;
+  constexpr int NT = N / 8;         // n8 score tiles: every S warp covers the tile's N columns
+  constexpr int KT = DH / 16;       // k16 steps of the CTA's 288 dims
+  constexpr int KTV = DVH / 16;     // of which the value columns' (then the rope dims')
+  constexpr int OC = Shape::kOCols; // value columns per O warp
+  constexpr int NTO = OC / 8;       // n8 output tiles per O warp
+  constexpr int MT = M / 16;        // m16 row tiles per O warp
+  constexpr int XB = kS * NT * 32 * 4;  // floats of one exchange buffer
+  static_assert(M == 64 && kS == 4 && kO == 4 && Shape::kLoadWarps == 4 && CX == 2 && NT % 2 == 0 &&
+                    NTO % 2 == 0 && Shape::kXFloats == NT * 4,
+                "the roles below assume this shape");
+  // setmaxnreg 56 (load warpgroup) / 216 (S and O warpgroups) below: what the
+  // load warps give back must cover what the others take from the 65536 / 384
+  // -> 168 registers per thread the CTA enters with, else setmaxnreg.inc waits
+  // forever (tools/checks/cubin_archs_test.py checks the 168).
+  static_assert(32 * Shape::kLoadWarps * 56 + CT * 216 <= Shape::kThreads * 168, "setmaxnreg budget");
+  constexpr int kFullP = 1, kEmptyP = 3, kDone = 5;  // named barriers (0 is __syncthreads): [2], [2], [1]
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  DT* sK = reinterpret_cast<DT*>(smem);
+  DT* sP = reinterpret_cast<DT*>(smem + Shape::kKBytes);
+  float* sAlpha = reinterpret_cast<float*>(smem + Shape::kKBytes + Shape::kPBytes);  // [2][M]
+  float* sX = sAlpha + 2 * M;                       // [2][kS][NT][32 lanes][4]: the partner's partial S
+  float* sStat = sX + 2 * XB;                       // [2][M]: max, sum
+  uint64_t* full = reinterpret_cast<uint64_t*>(sStat + 2 * M);  // [STAGES]
+  uint64_t* empty = full + STAGES;                                // [STAGES]
+  uint64_t* xfull = empty + STAGES;                               // [2][kS]: the partner's half landed
+  __shared__ int s_bad_kv;  // a KV row of this CTA had a bad index: its rows become NaN
+  __shared__ RequestTile s_rt;
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  // Both CTAs decide alike (same coordinates, same inputs): both return here or neither.
+  if (!role_prologue<Shape, DT, Loader>(p, &s_rt, &s_bad_kv, full, empty, 32 * Shape::kLoadWarps, kS + kO)) return;
+  if (tid == 0) {
+    // One arrival (the local warp's expect_tx) and the partner's bytes per phase.
+    for (int i = 0; i < 2 * kS; ++i) sm90::mbar_init(xfull + i, 1);
+    sm90::mbar_init_fence();
+  }
+  // Every mbarrier of both CTAs is initialised (fence.mbarrier_init.release.cluster
+  // above and in role_prologue) before either CTA sends.
+  cluster::barrier_arrive_relaxed();
+  cluster::barrier_wait();
+
+  // Each role ends on its own (setmaxnreg gives the roles different register
+  // budgets, so no code after the split is shared); the O warps store once the
+  // load warps (s_bad_kv) and the S warps (row statistics) arrived on kDone.
+  if (warp >= kS + kO) {
+    // ------------------------------------------------------------ load warps
+    sm90::regs_dealloc<56>();
+    const int c = static_cast<int>(cluster::cta_rank());
+    const RequestTile rt = s_rt;
+    const CtaCoord cc = cta_coord<Shape::kRowsGrid, CX>(p);
+    const Loader loader(p, cc.req, cc.hk);
+    const int kv_len = rt.kv_len, tile_begin = rt.tile_begin, visits = rt.tile_end - rt.tile_begin;
+    const int lt = tid - CT;
+    const DT* gk = static_cast<const DT*>(p.k);
+    for (int i = 0; i < visits; ++i) {
+      const int st = i % STAGES;
+      if (i >= STAGES) mbar_wait(empty + st, static_cast<uint32_t>((i / STAGES) & 1) ^ 1u);
+      const int j0 = (tile_begin + i) * N;
+      copy_rows_2range_async<N, 32 * Shape::kLoadWarps, DVH, DR, KS>(
+          sK + st * N * KS, gk, DVH * c, DV + DR * c, KvTileRows<Loader>{loader, j0, kv_len, &s_bad_kv}, lt);
+      sm90::cp_async_arrive_noinc(full + st);
+    }
+    // cp.async.wait_group waits only for committed groups, and these copies
+    // were never committed (their completion goes to `full`): commit them
+    // first, so nothing of this thread is still in flight when it exits.
+    cp_async_commit();
+    cp_async_wait<0>();
+    named_barrier_arrive(kDone, Shape::kThreads);
+    cluster::barrier_arrive_relaxed();
+    cluster::barrier_wait();
+    return;
+  }
+  if (warp < kS) {
+    // ------------------------------------------------------------ S warps
+    sm90::regs_alloc<216>();
+    const uint32_t c = cluster::cta_rank();
+    const RequestTile rt = s_rt;
+    const int hk = cta_coord<Shape::kRowsGrid, CX>(p).hk;
+    const int row0 = rt.row0;
+    const int tile_begin = rt.tile_begin, visits = rt.tile_end - rt.tile_begin;
+    // Q fragments (A operand) of rows g and g + 8 of the warp's 16 over the
+    // CTA's 288 dims (k-steps 0-15: value columns 256 c.., 16-17: rope dims
+    // 512 + 32 c..), straight from global memory once: zeros for rows past
+    // the request.
+    uint32_t q[KT][4];
+    RowMask rows[2];
+    const DT* gq = static_cast<const DT*>(p.q);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int gr = row0 + warp * 16 + g + 8 * i;
+      rows[i] = row_mask(p, rt, gr);
+      const DT* qrow = gq + (rows[i].valid ? q_row_offset(p, rt, hk, gr) : 0) + 2 * t4;
+#pragma unroll
+      for (int kk = 0; kk < KT; ++kk) {
+        const int dim = kk < KTV ? DVH * static_cast<int>(c) + kk * 16
+                                 : DV + DR * static_cast<int>(c) + (kk - KTV) * 16;
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          q[kk][i + 2 * h] = rows[i].valid ? *reinterpret_cast<const uint32_t*>(qrow + dim + 8 * h) : 0u;
+      }
+    }
+    const RequestMask rmask{rt.kv_len, rt.prefix, p.mask_words, p.causal != 0};
+    OnlineSoftmaxRow sm[2];
+    sm[0].init();
+    sm[1].init();
+    const int krow = (lane & 7) + ((lane >> 4) << 3), kcol = ((lane >> 3) & 1) * 8;
+    DT* p_store = sP + (warp * 16 + g) * PS + 2 * t4;
+    // This lane's 16-byte slots of the warp's exchange buffer (n8 tile j at
+    // + j * 128 floats): read here, written by the partner at the same offsets
+    // of its own shared memory.
+    float* x_mine = sX + (warp * NT * 32 + lane) * 4;
+    const uint32_t x_theirs = cluster::map_rank(x_mine, c ^ 1u);
+    const uint32_t xbar_theirs = cluster::map_rank(xfull + warp, c ^ 1u);
+    for (int i = 0; i < visits; ++i) {
+      const int st = i % STAGES, b = i & 1;
+      mbar_wait(full + st, static_cast<uint32_t>((i / STAGES) & 1));
+      const DT* K = sK + st * N * KS;
+      float s[NT][4];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+      // The next k-step's K fragments load while this one's MMAs issue.
+      uint32_t kf[2][NT / 2][4];
+#pragma unroll
+      for (int pp = 0; pp < NT / 2; ++pp) ldmatrix_x4(kf[0][pp], K + (pp * 16 + krow) * KS + kcol);
+#pragma unroll
+      for (int kk = 0; kk < KT; ++kk) {
+        if (kk + 1 < KT) {
+#pragma unroll
+          for (int pp = 0; pp < NT / 2; ++pp)
+            ldmatrix_x4(kf[(kk + 1) & 1][pp], K + (pp * 16 + krow) * KS + kcol + (kk + 1) * 16);
+        }
+#pragma unroll
+        for (int pp = 0; pp < NT / 2; ++pp) {
+          mma_m16n8k16<DT>(s[2 * pp], q[kk], kf[kk & 1][pp][0], kf[kk & 1][pp][1]);
+          mma_m16n8k16<DT>(s[2 * pp + 1], q[kk], kf[kk & 1][pp][2], kf[kk & 1][pp][3]);
+        }
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty + st);  // this warp's reads of the stage are done
+
+      // ---- exchange the partial scores with the partner CTA's warp of the same rows ----
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+        cluster::st_async_v4(x_theirs + static_cast<uint32_t>((b * XB + j * 128) * 4), s[j],
+                             xbar_theirs + static_cast<uint32_t>(b * kS * 8));
+      uint64_t* xbar = xfull + b * kS + warp;
+      if (lane == 0) cluster::mbar_arrive_expect_tx(xbar, Shape::kXWarpBytes);
+      mbar_wait(xbar, static_cast<uint32_t>((i >> 1) & 1));
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const float4 x = *reinterpret_cast<const float4*>(x_mine + b * XB + j * 128);
+        s[j][0] += x.x;
+        s[j][1] += x.y;
+        s[j][2] += x.z;
+        s[j][3] += x.w;
+      }
+
+      // ---- scale, mask (draft / boundary tiles only), row max ----
+      const int j0 = (tile_begin + i) * N;
+      float mx[2];
+      scale_mask_row_max<NT>(s, rmask, rows, j0, N, 0, t4, p.scale_log2, mx);
+      float alpha[2];
+      softmax_tile<NT>(s, sm, mx, alpha);
+      named_barrier_sync(kEmptyP + b, CT);  // the O warps are done with P[b] of visit i - 2
+      DT* pb = p_store + b * M * PS;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        *reinterpret_cast<uint32_t*>(pb + j * 8) = DTypeTraits<DT>::pack(s[j][0], s[j][1]);
+        *reinterpret_cast<uint32_t*>(pb + 8 * PS + j * 8) = DTypeTraits<DT>::pack(s[j][2], s[j][3]);
+      }
+      if (t4 == 0) {
+        sAlpha[b * M + warp * 16 + g] = alpha[0];
+        sAlpha[b * M + warp * 16 + g + 8] = alpha[1];
+      }
+      named_barrier_arrive(kFullP + b, CT);
+    }
+    // The partner's last half has landed: nothing more is written into this
+    // CTA's shared memory from outside.
+    cluster::barrier_arrive_relaxed();
+    // The O warps' releases of the last two P buffers (two more than the visits).
+    named_barrier_sync(kEmptyP + (visits & 1), CT);
+    named_barrier_sync(kEmptyP + ((visits + 1) & 1), CT);
+    const float l0 = quad_sum(sm[0].l), l1 = quad_sum(sm[1].l);
+    if (t4 == 0) {
+      sStat[warp * 16 + g] = sm[0].m;
+      sStat[warp * 16 + g + 8] = sm[1].m;
+      sStat[M + warp * 16 + g] = l0;
+      sStat[M + warp * 16 + g + 8] = l1;
+    }
+    named_barrier_arrive(kDone, Shape::kThreads);
+    cluster::barrier_wait();
+    return;
+  }
+  // ------------------------------------------------------------ O warps
+  sm90::regs_alloc<216>();
+  const RequestTile rt = s_rt;
+  const CtaCoord cc = cta_coord<Shape::kRowsGrid, CX>(p);
+  const int hk = cc.hk, split = blockIdx.z;  // cc.split, in every grid order
+  const int q_start = rt.q_start, R = rt.R, row0 = rt.row0, G = p.group;
+  const int visits = rt.tile_end - rt.tile_begin;
+  const int col0 = (warp - kS) * OC;  // of the CTA's 256 value columns
+  float o[MT][NTO][4];                // the CTA's 64 rows x this warp's value columns
+  {
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+      for (int j = 0; j < NTO; ++j) o[mi][j][0] = o[mi][j][1] = o[mi][j][2] = o[mi][j][3] = 0.f;
+    named_barrier_arrive(kEmptyP, CT);  // both P buffers start free
+    named_barrier_arrive(kEmptyP + 1, CT);
+    const DT* p_frag = sP + (lane & 15) * PS + (lane >> 4) * 8;
+    const int v_frag_off = ((lane & 7) + ((lane >> 3) & 1) * 8) * KS + col0 + (lane >> 4) * 8;
+    for (int i = 0; i < visits; ++i) {
+      const int st = i % STAGES, b = i & 1;
+      named_barrier_sync(kFullP + b, CT);
+      // Completed before the S warps passed it; waiting here makes the copies
+      // visible to these warps too (the stage cannot refill before they release it).
+      mbar_wait(full + st, static_cast<uint32_t>((i / STAGES) & 1));
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi) {
+        const float alpha[2] = {sAlpha[b * M + mi * 16 + g], sAlpha[b * M + mi * 16 + g + 8]};
+        rescale_rows<NTO>(o[mi], alpha);
+      }
+      const DT* pb = p_frag + b * M * PS;
+      const DT* vb = sK + st * N * KS + v_frag_off;
+#pragma unroll
+      for (int kk = 0; kk < N / 16; ++kk) {
+        uint32_t a[MT][4];
+#pragma unroll
+        for (int mi = 0; mi < MT; ++mi) ldmatrix_x4(a[mi], pb + mi * 16 * PS + kk * 16);
+#pragma unroll
+        for (int jj = 0; jj < NTO / 2; ++jj) {
+          uint32_t bv[4];
+          ldmatrix_x4_trans(bv, vb + kk * 16 * KS + jj * 16);
+#pragma unroll
+          for (int mi = 0; mi < MT; ++mi) {
+            mma_m16n8k16<DT>(o[mi][2 * jj], a[mi], bv[0], bv[1]);
+            mma_m16n8k16<DT>(o[mi][2 * jj + 1], a[mi], bv[2], bv[3]);
+          }
+        }
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty + st);
+      named_barrier_arrive(kEmptyP + b, CT);
+    }
+  }
+  cluster::barrier_arrive_relaxed();
+  const int c = static_cast<int>(cluster::cta_rank());
+  named_barrier_sync(kDone, Shape::kThreads);  // s_bad_kv and the row statistics are visible
+  if (s_bad_kv) {
+    // Both CTAs met the same rows (same indices): their O warps share the NaN rows.
+    write_nan_rows<Shape, DT>(p, q_start, R, row0, hk, split, c * 32 * kO + tid - 32 * kS, CX * 32 * kO);
+    cluster::barrier_wait();
+    return;
+  }
+
+  // ---- normalize and store the CTA's value columns ----
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = mi * 16 + g + 8 * h;
+      const int gr = row0 + r;
+      if (gr >= R) continue;
+      const float l = sStat[M + r];
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      store_out_row<NTO, DV, DT>(p, split, folded_row(q_start, hk, G, gr), DVH * c + col0 + 2 * t4, o[mi], h,
+                                 inv, OnlineSoftmaxRow::lse(sStat[r], l), c == 0 && col0 == 0 && t4 == 0);
+    }
+  cluster::barrier_wait();
+#else
+  // Built for an architecture without clusters and setmaxnreg: the plan never selects this kernel there.
+  __trap();
+#endif
+}
+
+}  // namespace verify_attn
+
+#endif  // VERIFY_ATTN_MLA_CLUSTER_KERNEL_CUH_
