@@ -46,7 +46,6 @@ const ConfigDesc kDescs[kNumConfigs] = {
     make_desc<kCfgMlaSplitM32N32>("mla_split_m32n32"),
     make_desc<kCfgGqa64Roles>("gqa_d64_roles_m128n64"),
     make_desc<kCfgGqa128Roles>("gqa_d128_roles_m128n64"),
-    make_desc<kCfgGqa128RolesS3>("gqa_d128_roles_m128n64_s3"),
     make_desc<kCfgMlaClusterM64N32>("mla_cluster_m64n32"),
 };
 
@@ -323,9 +322,6 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
     cands[n++] = kCfgGqa64M64N64S2;
   } else if (p.head_dim_qk == 128) {
     const bool roles = rows_max > 64;  // as for head_dim 64
-    // Three stages where they fit (sm_90: a tile's gather latency is longer
-    // than one tile of compute), two on sm_120.
-    if (roles && image_ok(kCfgGqa128RolesS3, dev)) cands[n++] = kCfgGqa128RolesS3;
     if (roles && image_ok(kCfgGqa128Roles, dev)) cands[n++] = kCfgGqa128Roles;
     cands[n++] = kCfgGqa128M64N64S2;
   } else {

@@ -317,7 +317,6 @@ enum ConfigId : int {
   kCfgMlaSplitM32N32,     // portable MLA by warp roles: sm_120 (and sm_90 planned as sm_120)
   kCfgGqa64Roles,         // GQA / MHA head_dim 64 by warp roles: arch-specific images
   kCfgGqa128Roles,        // head_dim 128 by warp roles: arch-specific images
-  kCfgGqa128RolesS3,      // the same with three stages where 104,496 bytes fit (sm_90a)
   kCfgMlaClusterM64N32,   // portable MLA by warp roles over a 2-CTA cluster: arch-specific images
   kNumConfigs
 };
@@ -342,7 +341,6 @@ template <> struct ConfigShape<kCfgMlaSplitM32N32> { using type = TileShapeSplit
 // 69,664 bytes at D128 (sm_120: one CTA per SM), 36,896 at D64.
 template <> struct ConfigShape<kCfgGqa64Roles> { using type = TileShapeRolesGqa<64, 8, 64, 2, 4>; };
 template <> struct ConfigShape<kCfgGqa128Roles> { using type = TileShapeRolesGqa<128, 8, 64, 2, 4>; };
-template <> struct ConfigShape<kCfgGqa128RolesS3> { using type = TileShapeRolesGqa<128, 8, 64, 3, 4>; };
 // Three stages of the CTA's 288-dim half of 32-row K tiles: 84,592 bytes.
 template <> struct ConfigShape<kCfgMlaClusterM64N32> { using type = TileShapeClusterMla<32, 3>; };
 

@@ -329,9 +329,6 @@ int main() {
       if (id == va::kCfgMlaSplitM32N32) continue;
       if (id == va::kCfgMlaClusterM64N32 && std::string(va_compiled_archs()).find("sm_120a") == std::string::npos)
         continue;
-      // The three-stage GQA instance fits only sm_90's shared memory and runs
-      // only from its sm_90a image.
-      if (id == va::kCfgGqa128RolesS3 && !sm90a) continue;
       CHECK(planned.count(id) == 1, "configuration %s is compiled but no rule plans it", d.tag);
     }
   }

@@ -262,15 +262,16 @@ def run_case(c, seed, device="cuda"):
 # per KV head) and its 2-CTA cluster form ("mla_cluster", mla_cluster_m64n32:
 # what sm_120 picks above 32 rows), forced.
 # test_mla_path_pinned checks which one ran. GQA / MHA at head_dim 64 / 128
-# runs the warp-role kernel (the plan's choice; three stages on sm_90 at head_dim
-# 128), the two-stage instance sm_120 runs ("gqa_roles_s2") and the one-tile
-# kernel behind it ("gqa_tile", testing.ONE_TILE_GQA), forced.
+# runs the plan's choice (the warp-role kernel above 64 rows per KV head, the
+# one-tile kernel at or below), and each of the two forced: the warp-role
+# kernel ("gqa_roles", testing.ROLES_GQA, also where most of its warps idle)
+# and the one-tile kernel ("gqa_tile", testing.ONE_TILE_GQA).
 CASE_PATHS = ([(c, "auto") for c in CASES] + [(c, "mma_sync") for c in CASES if MODELS[c["model"]].mla]
               + [(c, "mma_split") for c in CASES if MODELS[c["model"]].mla]
               + [(c, "mla_cluster") for c in CASES if MODELS[c["model"]].mla]
               + [(c, "cp_async") for c in CASES if MODELS[c["model"]].mla]
               + [(c, "gqa_tile") for c in CASES if MODELS[c["model"]].d_qk in testing.ONE_TILE_GQA]
-              + [(c, "gqa_roles_s2") for c in CASES if MODELS[c["model"]].d_qk == 128])
+              + [(c, "gqa_roles") for c in CASES if MODELS[c["model"]].d_qk in testing.ROLES_GQA])
 
 
 def expected_path(mla, forced_mma_sync=False):
@@ -284,12 +285,12 @@ def test_kernel_matches_reference(case, path, kernel_path):
     d = MODELS[case["model"]].d_qk
     if path == "gqa_tile":
         kernel_path(testing.KernelPath(config=testing.ONE_TILE_GQA[d]))
-    elif path == "gqa_roles_s2":  # what sm_120 runs; sm_90 plans the three-stage instance
+    elif path == "gqa_roles":
         kernel_path(testing.KernelPath(config=testing.ROLES_GQA[d]))
     else:
         kernel_path(path)
     want = {"cp_async": CP_ASYNC_MLA, "mma_split": testing.SPLIT_MLA, "mla_cluster": testing.CLUSTER_MLA,
-            "gqa_tile": testing.ONE_TILE_GQA.get(d), "gqa_roles_s2": testing.ROLES_GQA.get(d)}.get(path)
+            "gqa_tile": testing.ONE_TILE_GQA.get(d), "gqa_roles": testing.ROLES_GQA.get(d)}.get(path)
     if want is not None or (path == "auto" and d in testing.ROLES_GQA):
         prob = build_problem(case, 0, "cuda")
         if want is None:  # the plan's rule (kernels/plan.cc): warp roles above 64 rows per KV head
@@ -297,15 +298,13 @@ def test_kernel_matches_reference(case, path, kernel_path):
             rows = (prob.max_q_len or max(prob.q_lens)) * (m.heads // m.kv_heads)
             want = (testing.ROLES_GQA if rows > 64 else testing.ONE_TILE_GQA)[d]
         info = testing.plan_info(prob)
-        if path == "gqa_roles_s2":
-            assert info["name"].endswith(want), info
-        assert want in info["name"], info  # (roles: "_s3" where three stages fit)
+        assert info["name"].endswith(want), info
     seed = new_seed()
     err = run_case(case, seed)
     key = case["layout"] + {"auto": "", "mma_sync": " (mla on mma.sync)", "mma_split": " (mla on mma.sync roles)",
                             "mla_cluster": " (mla on mma.sync roles, 2-CTA cluster)",
                             "cp_async": " (mla on wgmma, cp.async)", "gqa_tile": " (gqa one-tile)",
-                            "gqa_roles_s2": " (gqa roles, 2 stages)"}[path]
+                            "gqa_roles": " (gqa roles)"}[path]
     if MODELS[case["model"]].mla and path == "auto":
         key += f" (mla on {expected_path(True).rstrip('_')})"
     if err >= WORST.get(key, (-1.0, ""))[0]:

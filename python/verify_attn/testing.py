@@ -592,7 +592,7 @@ TMA_MLA = "mla_wgmma_seesaw_tma"              # sm_90a: K by TMA, page_size % 64
 TMA_ROWS_MLA = "mla_wgmma_seesaw_tma_rows"    # sm_90a: K by TMA through the rows map (kv_slot_runs)
 # GQA / MHA by head_dim: the warp-role kernel (the plan's choice where the
 # wheel has the device's arch-specific image) and the one-tile kernel behind it.
-ROLES_GQA = {64: "gqa_d64_roles_m128n64", 128: "gqa_d128_roles_m128n64"}  # (+ "_s3" where 3 stages fit)
+ROLES_GQA = {64: "gqa_d64_roles_m128n64", 128: "gqa_d128_roles_m128n64"}
 ONE_TILE_GQA = {64: "gqa_d64_m64n64_s2", 128: "gqa_d128_m64n64_s2"}
 
 
