@@ -29,6 +29,7 @@
 #include "kernels/core/epilogue.cuh"
 #include "kernels/core/mask.cuh"
 #include "kernels/core/mma.cuh"
+#include "kernels/core/o_role.cuh"
 #include "kernels/core/request.cuh"
 #include "kernels/core/roles.cuh"
 #include "kernels/core/scores.cuh"
@@ -226,49 +227,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_split_kernel(const Ker
   const int visits = rt.tile_end - rt.tile_begin;
   const int col0 = (warp - kS) * OC;
   float o[2][NTO][4];  // rows 0-15 and 16-31 of the CTA x this warp's value columns
-  {
-#pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-      for (int j = 0; j < NTO; ++j) o[mi][j][0] = o[mi][j][1] = o[mi][j][2] = o[mi][j][3] = 0.f;
-    named_barrier_arrive(kEmptyP, CT);  // both P buffers start free
-    named_barrier_arrive(kEmptyP + 1, CT);
-    const DT* p_frag = sP + (lane & 15) * PS + (lane >> 4) * 8;
-    const int v_frag_off = ((lane & 7) + ((lane >> 3) & 1) * 8) * KS + col0 + (lane >> 4) * 8;
-    for (int i = 0; i < visits; ++i) {
-      const int st = i % STAGES, b = i & 1;
-      named_barrier_sync(kFullP + b, CT);
-      // Completed before the S warps passed it; waiting here makes the copies
-      // visible to these warps too (the stage cannot refill before they release it).
-      mbar_wait(full + st, static_cast<uint32_t>((i / STAGES) & 1));
-#pragma unroll
-      for (int mi = 0; mi < 2; ++mi) {
-        const float alpha[2] = {sAlpha[b * M + mi * 16 + g], sAlpha[b * M + mi * 16 + g + 8]};
-        rescale_rows<NTO>(o[mi], alpha);
-      }
-      const DT* pb = p_frag + b * M * PS;
-      const DT* vb = sK + st * N * KS + v_frag_off;
-#pragma unroll
-      for (int kk = 0; kk < N / 16; ++kk) {
-        uint32_t a[2][4];
-        ldmatrix_x4(a[0], pb + kk * 16);
-        ldmatrix_x4(a[1], pb + 16 * PS + kk * 16);
-#pragma unroll
-        for (int jj = 0; jj < NTO / 2; ++jj) {
-          uint32_t bv[4];
-          ldmatrix_x4_trans(bv, vb + kk * 16 * KS + jj * 16);
-#pragma unroll
-          for (int mi = 0; mi < 2; ++mi) {
-            mma_m16n8k16<DT>(o[mi][2 * jj], a[mi], bv[0], bv[1]);
-            mma_m16n8k16<DT>(o[mi][2 * jj + 1], a[mi], bv[2], bv[3]);
-          }
-        }
-      }
-      __syncwarp();
-      if (lane == 0) mbar_arrive(empty + st);
-      named_barrier_arrive(kEmptyP + b, CT);
-    }
-  }
+  o_role_loop<2, NTO, N, STAGES, KS, PS>(o, sP, sK, sAlpha, full, empty, visits, col0, lane, kFullP, kEmptyP, CT);
   named_barrier_sync(kDone, Shape::kThreads);  // s_bad_kv and the row statistics are visible
   if (s_bad_kv) {
     write_nan_rows<Shape, DT>(p, q_start, R, row0, hk, split, tid - 32 * kS, 32 * kO);
