@@ -29,7 +29,7 @@
 #include "kernels/core/epilogue.cuh"
 #include "kernels/core/mask.cuh"
 #include "kernels/core/mma.cuh"
-#include "kernels/core/o_role.cuh"
+#include "kernels/core/p_handoff.cuh"
 #include "kernels/core/request.cuh"
 #include "kernels/core/roles.cuh"
 #include "kernels/core/scores.cuh"
@@ -190,31 +190,10 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_split_kernel(const Ker
       scale_mask_row_max<NT>(s, rmask, rows, j0, N, 0, t4, p.scale_log2, mx);
       float alpha[2];
       softmax_tile<NT>(s, sm, mx, alpha);
-      named_barrier_sync(kEmptyP + b, CT);  // the O warps are done with P[b] of visit i - 2
-      if (dh == 0) {
-        DT* pb = p_store + b * M * PS;
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          *reinterpret_cast<uint32_t*>(pb + j * 8) = DTypeTraits<DT>::pack(s[j][0], s[j][1]);
-          *reinterpret_cast<uint32_t*>(pb + 8 * PS + j * 8) = DTypeTraits<DT>::pack(s[j][2], s[j][3]);
-        }
-        if (t4 == 0) {
-          sAlpha[b * M + rg * 16 + g] = alpha[0];
-          sAlpha[b * M + rg * 16 + g + 8] = alpha[1];
-        }
-      }
-      named_barrier_arrive(kFullP + b, CT);
+      publish_p<NT, PS>(s, alpha, p_store + b * M * PS, sAlpha + b * M + rg * 16, g, t4, dh == 0, b, kFullP,
+                        kEmptyP, CT);
     }
-    // The O warps' releases of the last two P buffers (two more than the visits).
-    named_barrier_sync(kEmptyP + (visits & 1), CT);
-    named_barrier_sync(kEmptyP + ((visits + 1) & 1), CT);
-    const float l0 = quad_sum(sm[0].l), l1 = quad_sum(sm[1].l);
-    if (dh == 0 && t4 == 0) {
-      sStat[rg * 16 + g] = sm[0].m;
-      sStat[rg * 16 + g + 8] = sm[1].m;
-      sStat[M + rg * 16 + g] = l0;
-      sStat[M + rg * 16 + g + 8] = l1;
-    }
+    finish_s_role(sm, sStat, M, rg * 16, g, t4, dh == 0, visits, kEmptyP, CT);
     named_barrier_arrive(kDone, Shape::kThreads);
     return;
   }
