@@ -96,21 +96,11 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_split_kernel(const Ker
     const int kv_len = rt.kv_len, tile_begin = rt.tile_begin, visits = rt.tile_end - rt.tile_begin;
     const int lt = tid - CT;
     const DT* gk = static_cast<const DT*>(p.k);
-    for (int i = 0; i < visits; ++i) {
-      const int st = i % STAGES;
-      if (i >= STAGES) mbar_wait(empty + st, static_cast<uint32_t>((i / STAGES) & 1) ^ 1u);
-      const int j0 = (tile_begin + i) * N;
+    load_role_ring<STAGES>(visits, full, empty, [&](int i, int st) {
       DT* dst = sK + st * N * KS;
       copy_rows_async<N, 32 * Shape::kLoadWarps, DQK, KS, 0, 0, false>(
-          dst, dst, gk, gk, KvTileRows<Loader>{loader, j0, kv_len, &s_bad_kv}, lt);
-      sm90::cp_async_arrive_noinc(full + st);
-    }
-    // cp.async.wait_group waits only for committed groups, and these copies
-    // were never committed (their completion goes to `full`): commit them
-    // first, so nothing of this thread is still in flight when it exits
-    // (cp.async.wait_all, as tools/dev/microbench/mla_core.cu does).
-    cp_async_commit();
-    cp_async_wait<0>();
+          dst, dst, gk, gk, KvTileRows<Loader>{loader, (tile_begin + i) * N, kv_len, &s_bad_kv}, lt);
+    });
     named_barrier_arrive(kDone, Shape::kThreads);
     return;
   }
