@@ -161,7 +161,7 @@ def uniform_verify_metadata(
             raise ValueError(f"kv_indices_capacity: must be >= 0, got {cap}")
         kv_indices = torch.empty(cap, dtype=torch.int32, device=device)
     else:
-        kv_indices = _out_view(o.kv_indices, 0, "kv_indices", device)
+        _out_view(o.kv_indices, 0, "kv_indices", device)  # its type, dtype, device and layout
         kv_indices = o.kv_indices  # the whole buffer: its size is the capacity
         cap = kv_indices.numel()
     words = (n + 31) // 32
