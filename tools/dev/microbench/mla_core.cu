@@ -31,6 +31,12 @@
 //              partial scores written and read back through local shared memory (the
 //              traffic of the exchange, not the latency of distributed shared memory)
 //   m64_half4  the same with 4 S warps x 16 rows x 288 dims
+//   m64_half4_2ch  the same with the S warps' even and odd k-steps in separate
+//              accumulators (8 independent mma chains per warp instead of 4)
+//   m64_q32pair  64 rows, 288 dims: 4 S warps as 2 row groups of 32 x 2 halves of
+//              144 dims (each K fragment feeds two m16 tiles: 128 B per mma in
+//              Q K^T instead of 256), the pair's partial scores crossing through
+//              shared memory; both warps of a pair run the softmax of its 32 rows
 //   *_load     the same fed by 4 load warps (a whole warpgroup: setmaxnreg is per warpgroup) from a
 //              37.7 MB pool of 576-wide rows at random slots: 32-row tiles in 2 or 3
 //              stages, or 16-row tiles in 4 (what fits 101,376 bytes)
@@ -70,13 +76,14 @@ constexpr int kPoolRows = 32768;  // the global KV pool the load warps gather fr
 // M rows, DQK dims of Q K^T, DV value columns (all this CTA's); S warps of QR
 // rows x QD dims (pairs = DQK / QD warps share rows); O warps of PR rows x PC cols.
 // N KV rows per tile, KS stages, LW load warps (0: stages filled once).
-template <int M, int DQK, int DV, int QR, int QD, int PR, int PC, bool XCH, int N_, int KS, int LW>
+template <int M, int DQK, int DV, int QR, int QD, int PR, int PC, bool XCH, int N_, int KS, int LW, int CH = 1>
 struct Cfg {
   static_assert(LW == 0 || LW == 4, "setmaxnreg needs the load warps to be one whole warpgroup");
   static constexpr int kN = N_;
   static constexpr int kStages = KS;
   static constexpr int kLoadWarps = LW;
   static constexpr bool kExchange = XCH;
+  static constexpr int kChains = CH;  // S accumulator sets (k-steps round-robin): CH x MT x N / 8 independent mma chains
   static constexpr int kPairs = DQK / QD;
   static constexpr int kSWarps = (M / QR) * kPairs;
   static constexpr int kOWarps = (M / PR) * (DV / PC);
@@ -171,11 +178,15 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       const int b = it & 1, st = stage(it);
       if constexpr (C::kLoadWarps > 0) mbar_wait(full + st, phase(it));
       const bf16* K = sK + st * N * C::kKStride;
-      float s[MT][NT][4];
+      constexpr int CHN = C::kChains;
+      float sc[CHN][MT][NT][4];
 #pragma unroll
-      for (int mi = 0; mi < MT; ++mi)
+      for (int c = 0; c < CHN; ++c)
 #pragma unroll
-        for (int nj = 0; nj < NT; ++nj) s[mi][nj][0] = s[mi][nj][1] = s[mi][nj][2] = s[mi][nj][3] = 0.f;
+        for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+          for (int nj = 0; nj < NT; ++nj) sc[c][mi][nj][0] = sc[c][mi][nj][1] = sc[c][mi][nj][2] = sc[c][mi][nj][3] = 0.f;
+      float(&s)[MT][NT][4] = sc[0];
       // Fragments of the next k-step load while this one's MMAs issue.
       uint32_t kf[2][NT / 2][4];
       const int krow = (lane & 7) + ((lane >> 4) << 3), kcol = ((lane >> 3) & 1) * 8 + dim0;
@@ -192,10 +203,18 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
           for (int p = 0; p < NT / 2; ++p) {
-            mma_m16n8k16<bf16>(s[mi][2 * p], q[mi][kk], kf[kk & 1][p][0], kf[kk & 1][p][1]);
-            mma_m16n8k16<bf16>(s[mi][2 * p + 1], q[mi][kk], kf[kk & 1][p][2], kf[kk & 1][p][3]);
+            mma_m16n8k16<bf16>(sc[kk % CHN][mi][2 * p], q[mi][kk], kf[kk & 1][p][0], kf[kk & 1][p][1]);
+            mma_m16n8k16<bf16>(sc[kk % CHN][mi][2 * p + 1], q[mi][kk], kf[kk & 1][p][2], kf[kk & 1][p][3]);
           }
       }
+#pragma unroll
+      for (int c = 1; c < CHN; ++c)
+#pragma unroll
+        for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+          for (int nj = 0; nj < NT; ++nj)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) s[mi][nj][r] += sc[c][mi][nj][r];
       if constexpr (C::kLoadWarps > 0) {  // the S warps are done with this stage's K
         __syncwarp();
         if (lane == 0) mbar_arrive(empty + st);
@@ -342,9 +361,9 @@ struct Inputs {
   float* out;
 };
 
-template <int M, int DQK, int DV, int QR, int QD, int PR, int PC, bool XCH, int N, int KS, int LW>
+template <int M, int DQK, int DV, int QR, int QD, int PR, int PC, bool XCH, int N, int KS, int LW, int CH = 1>
 void run(const char* name, int tiles, int launches, const Inputs& in, int sms, int smem_cap) {
-  using C = Cfg<M, DQK, DV, QR, QD, PR, PC, XCH, N, KS, LW>;
+  using C = Cfg<M, DQK, DV, QR, QD, PR, PC, XCH, N, KS, LW, CH>;
   auto kernel = core_kernel<C, M, DQK, DV, QR, QD, PR, PC>;
   // One CTA per SM: ask for more than half of the SM's shared memory when the
   // configuration itself needs less (sm_120 fits one such CTA per SM anyway).
@@ -420,10 +439,14 @@ int main(int argc, char** argv) {
   run<32, 576, 512, 16, 288, 32, 128, true, 32, 2, 0>("m32_pair", tiles, launches, in, sms, smem_cap);
   run<64, 288, 256, 32, 288, 64, 64, true, 32, 2, 0>("m64_half", tiles, launches, in, sms, smem_cap);
   run<64, 288, 256, 16, 288, 64, 64, true, 32, 2, 0>("m64_half4", tiles, launches, in, sms, smem_cap);
+  run<64, 288, 256, 16, 288, 64, 64, true, 32, 2, 0, 2>("m64_half4_2ch", tiles, launches, in, sms, smem_cap);
+  run<64, 288, 256, 32, 144, 64, 64, true, 32, 2, 0>("m64_q32pair", tiles, launches, in, sms, smem_cap);
   // With load warps gathering scattered rows.
   run<32, 576, 512, 16, 288, 32, 128, true, 32, 2, 4>("m32_pair_load", tiles, launches, in, sms, smem_cap);
   run<32, 576, 512, 16, 288, 32, 128, true, 16, 4, 4>("m32_pair_load_n16", tiles, launches, in, sms, smem_cap);
   run<64, 288, 256, 16, 288, 64, 64, true, 32, 3, 4>("m64_half4_load", tiles, launches, in, sms, smem_cap);
+  run<64, 288, 256, 16, 288, 64, 64, true, 32, 3, 4, 2>("m64_half4_2ch_load", tiles, launches, in, sms, smem_cap);
+  run<64, 288, 256, 32, 144, 64, 64, true, 32, 3, 4>("m64_q32pair_load", tiles, launches, in, sms, smem_cap);
   run<64, 288, 256, 16, 288, 64, 64, true, 16, 4, 4>("m64_half4_load_n16", tiles, launches, in, sms, smem_cap);
   const cudaError_t err = cudaDeviceSynchronize();
   return err == cudaSuccess ? 0 : 1;
