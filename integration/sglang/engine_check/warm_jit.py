@@ -55,6 +55,17 @@ def build(module: str, fn: str, args=()) -> str:
 
 
 def main() -> None:
+    import importlib  # noqa: PLC0415
+
+    # Imports first, one after another on this thread: modules that import
+    # each other's packages, imported from several threads at once, trip
+    # Python's import-lock deadlock detection (_DeadlockError). The builds
+    # (compiler subprocesses) then run in parallel.
+    for module, _, _ in MODULES:
+        try:
+            importlib.import_module(module)
+        except Exception as e:  # noqa: BLE001
+            print(f"FAILED import {module}: {type(e).__name__}: {str(e)[:3000]}", flush=True)
     with ThreadPoolExecutor(len(MODULES)) as ex:
         for line in ex.map(lambda m: build(*m), MODULES):
             print(line, flush=True)

@@ -98,12 +98,30 @@ def test_compare_first_difference_and_near_tie():
     top2 = [[[[-0.01, 5], [-3.0, 9]], [[-0.60, 6], [-0.65, 7]], [[-0.01, 8], [-4.0, 1]]]]
     g = _run([[5, 6, 8]], top2)
     assert report.compare(_run([[5, 6, 8]]), g, g) == "yes"
-    assert report.compare(_run([[5, 7, 3]]), g, g) == "near-tie (req 0, token 1, gap 0.050)"
+    assert report.compare(_run([[5, 7, 3]]), g, g) == "near-tie x 1 (first: req 0, token 1, gap 0.050)"
     assert report.compare(_run([[5, 6, 1]]), g, g) == "no (req 0, token 2)"  # gap 4 nats: a real difference
     assert report.compare(_run([[9, 6, 8]]), g, g) == "no (req 0, token 0)"
     assert report.compare(_run([[5, 6]]), g, g) == "no (req 0, token 2)"  # fewer tokens
     assert report.compare(_run([[5, 6, 8]]), None, g) == "-"
     assert report.compare(_run(None, error="boom"), g, g) == "-"
+
+
+def test_compare_every_request_and_the_twin():
+    """Each request is compared up to its own first difference (a near-tie in one
+    request does not hide a real difference in a later one); against the Triton
+    twin, a difference past a near-tie where both left the greedy path is that near-tie."""
+    top2 = [[[[-0.01, 5], [-3.0, 9]], [[-0.60, 6], [-0.65, 7]], [[-0.01, 8], [-4.0, 1]]],
+            [[[-0.01, 4], [-3.0, 2]], [[-0.01, 3], [-5.0, 2]]]]
+    g = _run([[5, 6, 8], [4, 3]], top2)
+    assert report.compare(_run([[5, 7, 3], [4, 2]]), g, g) == "no (req 1, token 1)"
+    assert report.compare(_run([[5, 7, 3], [4, 3]]), g, g) == "near-tie x 1 (first: req 0, token 1, gap 0.050)"
+    # An exact tie lists the two tokens in either order.
+    g_tie = _run([[5, 6, 8]], [[[[-0.01, 5], [-3.0, 9]], [[-0.6, 7], [-0.6, 6]], [[-0.01, 8], [-4.0, 1]]]])
+    assert report.compare(_run([[5, 7, 1]]), g_tie, g_tie) == "near-tie x 1 (first: req 0, token 1, gap 0.000)"
+    run, twin = _run([[5, 7, 3], [4, 3]]), _run([[5, 7, 9], [4, 3]])
+    assert report.compare(run, twin, g) == "near-tie x 1 (first: req 0, token 1, gap 0.050)"
+    assert report.compare(_run([[5, 6, 8], [4, 3]]), _run([[9, 6, 8], [4, 3]]), g) == "no (req 0, token 0)"
+    assert report.compare(run, twin, None) == "no (req 0, token 2)"  # no greedy run: no near-ties
 
 
 def test_summary_table_and_verdicts(tmp_path):
