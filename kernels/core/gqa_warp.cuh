@@ -60,22 +60,30 @@ __device__ __forceinline__ void scores_to_a_operand(const float (&s)[NT][4], uin
   }
 }
 
-// The 16 folded rows from r0 of a warp's O (every value column, NTO n8 tiles
-// of a D-wide row) normalized by their sums (the quad's partial sums in sm
-// reduced here: every lane of the warp calls it) and stored with their lse;
-// rows past the request are skipped.
+// Fragment row h (0: g, 1: g + 8) of a warp's O (every value column, NTO n8
+// tiles of a D-wide row), the request's folded row gr, normalized by its sum
+// l (over the whole row) and stored with its lse (m: the row's running max);
+// nothing past the request.
+template <int NTO, int D, typename DT>
+__device__ __forceinline__ void store_warp_row(const KernelParams& p, const RequestTile& rt, int hk, int split,
+                                               int gr, int t4, const float (&o)[NTO][4], int h, float m, float l) {
+  if (gr >= rt.R) return;
+  const float inv = l > 0.f ? 1.f / l : 0.f;
+  store_out_row<NTO, D, DT>(p, split, folded_row(rt.q_start, hk, p.group, gr), 2 * t4, o, h, inv,
+                            OnlineSoftmaxRow::lse(m, l), t4 == 0);
+}
+
+// The 16 folded rows from r0 of a warp's O, store_warp_row's, with their
+// sums reduced here from the quad's partial sums in sm (every lane of the
+// warp calls it).
 template <int NTO, int D, typename DT>
 __device__ __forceinline__ void store_warp_rows(const KernelParams& p, const RequestTile& rt, int hk, int split,
                                                 int r0, int g, int t4, const float (&o)[NTO][4],
                                                 const OnlineSoftmaxRow (&sm)[2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int gr = r0 + g + 8 * h;
     const float l = quad_sum(sm[h].l);
-    if (gr >= rt.R) continue;
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    store_out_row<NTO, D, DT>(p, split, folded_row(rt.q_start, hk, p.group, gr), 2 * t4, o, h, inv,
-                              OnlineSoftmaxRow::lse(sm[h].m, l), t4 == 0);
+    store_warp_row<NTO, D, DT>(p, rt, hk, split, r0 + g + 8 * h, t4, o, h, sm[h].m, l);
   }
 }
 

@@ -21,8 +21,12 @@ namespace verify_attn {
 // full[b] completes after full_arrivals arrivals (the load threads' cp.async
 // arrivals), empty[b] after empty_arrivals (the warps that read a buffer), for
 // b < kBarriers: one pair per stage, or per buffer where a kernel keeps K and
-// V apart (kernels/gqa_roles_r32_kernel.cuh).
-template <class Shape, typename DT, class Loader, int kBarriers = Shape::kStages>
+// V apart (kernels/gqa_roles_r32_kernel.cuh). kReaderRows > 0: the readers
+// own kReaderRows folded rows each, in order from the tile's first, and
+// those whose rows all lie past the request never touch the ring: empty[b]
+// then counts only the readers with rows, min(empty_arrivals,
+// ceil((R - row0) / kReaderRows)).
+template <class Shape, typename DT, class Loader, int kBarriers = Shape::kStages, int kReaderRows = 0>
 __device__ __forceinline__ bool role_prologue(const KernelParams& p, RequestTile* s_rt, int* s_bad_kv,
                                               uint64_t* full, uint64_t* empty, uint32_t full_arrivals,
                                               uint32_t empty_arrivals) {
@@ -34,6 +38,10 @@ __device__ __forceinline__ bool role_prologue(const KernelParams& p, RequestTile
     if (threadIdx.x == 0) {
       *s_rt = rt;
       *s_bad_kv = 0;
+      if constexpr (kReaderRows > 0) {
+        const uint32_t readers = static_cast<uint32_t>((rt.R - rt.row0 + kReaderRows - 1) / kReaderRows);
+        if (readers < empty_arrivals) empty_arrivals = readers;
+      }
       for (int b = 0; b < kBarriers; ++b) {
         sm90::mbar_init(full + b, full_arrivals);
         sm90::mbar_init(empty + b, empty_arrivals);
