@@ -62,6 +62,7 @@
 #include "kernels/core/mma.cuh"
 #include "kernels/core/types.cuh"
 #include "kernels/sm90/sync.cuh"
+#include "tools/dev/microbench/harness.h"
 
 namespace {
 
@@ -435,20 +436,8 @@ void run(const char* name, int tiles, int launches, const Inputs& in, int sms, i
   }
   cudaFuncAttributes attr;
   cudaFuncGetAttributes(&attr, kernel);
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  kernel<<<sms, C::kThreads, smem>>>(in.k, in.q, in.pool, in.slots, in.out, tiles);  // warm-up
-  float best = 1e30f;
-  for (int i = 0; i < launches; ++i) {
-    cudaEventRecord(e0);
-    kernel<<<sms, C::kThreads, smem>>>(in.k, in.q, in.pool, in.slots, in.out, tiles);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0.f;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (ms < best) best = ms;
-  }
+  const float best = microbench::best_ms(
+      [&] { kernel<<<sms, C::kThreads, smem>>>(in.k, in.q, in.pool, in.slots, in.out, tiles); }, launches);
   const cudaError_t err = cudaGetLastError();
   const double tflops = C::kFlopPerTile * tiles * sms / (best * 1e-3) / 1e12;
   const double l2_tbs = double(N) * DQK * 2 * tiles * sms / (best * 1e-3) / 1e12;  // bytes the load warps bring
@@ -457,8 +446,6 @@ void run(const char* name, int tiles, int launches, const Inputs& in, int sms, i
               "\"load_tb_per_s\": %.2f, \"ms\": %.3f, \"status\": \"%s\"}\n",
               name, M, N, KS, C::kSWarps, C::kOWarps, LW, attr.numRegs, attr.localSizeBytes, C::kSmem, tflops,
               (LW || OL) ? l2_tbs : 0.0, best, cudaGetErrorString(err));
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
 }
 
 }  // namespace
@@ -471,27 +458,12 @@ int main(int argc, char** argv) {
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   cudaDeviceGetAttribute(&smem_cap, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
   std::vector<bf16> hk(32 * 576), hq(64 * 576), hpool(size_t(kPoolRows) * 576);
-  std::vector<int> hslots(kPoolRows);
-  unsigned x = 12345u;
-  auto next = [&x] { return x = x * 1664525u + 1013904223u; };
-  for (auto& v : hk) v = __float2bfloat16(((next() >> 9) & 1023) / 1024.f - 0.5f);
-  for (auto& v : hq) v = __float2bfloat16(((next() >> 9) & 1023) / 1024.f - 0.5f);
-  for (auto& v : hpool) v = __float2bfloat16(((next() >> 9) & 1023) / 1024.f - 0.5f);
-  for (int i = 0; i < kPoolRows; ++i) hslots[i] = i;
-  for (int i = kPoolRows - 1; i > 0; --i) std::swap(hslots[i], hslots[next() % (i + 1)]);
+  microbench::Lcg rng;
+  for (auto* h : {&hk, &hq, &hpool}) rng.fill(*h);
   Inputs in{};
-  bf16 *k = nullptr, *q = nullptr, *pool = nullptr;
-  int* slots = nullptr;
-  cudaMalloc(&k, hk.size() * sizeof(bf16));
-  cudaMalloc(&q, hq.size() * sizeof(bf16));
-  cudaMalloc(&pool, hpool.size() * sizeof(bf16));
-  cudaMalloc(&slots, hslots.size() * sizeof(int));
+  in.k = microbench::upload(hk), in.q = microbench::upload(hq), in.pool = microbench::upload(hpool);
+  in.slots = microbench::upload(rng.permutation(kPoolRows));
   cudaMalloc(&in.out, sizeof(float) * sms * 1024);
-  cudaMemcpy(k, hk.data(), hk.size() * sizeof(bf16), cudaMemcpyHostToDevice);
-  cudaMemcpy(q, hq.data(), hq.size() * sizeof(bf16), cudaMemcpyHostToDevice);
-  cudaMemcpy(pool, hpool.data(), hpool.size() * sizeof(bf16), cudaMemcpyHostToDevice);
-  cudaMemcpy(slots, hslots.data(), hslots.size() * sizeof(int), cudaMemcpyHostToDevice);
-  in.k = k, in.q = q, in.pool = pool, in.slots = slots;
   // The compute core alone (stages filled once).
   run<32, 576, 512, 16, 576, 32, 128, false, 32, 2, 0>("m32_full", tiles, launches, in, sms, smem_cap);
   run<32, 576, 512, 16, 288, 32, 128, true, 32, 2, 0>("m32_pair", tiles, launches, in, sms, smem_cap);
