@@ -15,10 +15,11 @@
 
 namespace verify_attn {
 
-// An unmasked tile's step of scale_mask_row_max: the scores scaled, each
-// fragment row's max over the thread's columns folded into mx.
+// A tile no mask reaches: the scores scaled to base-2 logits and the
+// thread's maxima of its two fragment rows (before the quad's reduction).
 template <int NT>
-__device__ __forceinline__ void scale_row_max(float (&s)[NT][4], float scale_log2, float (&mx)[2]) {
+__device__ __forceinline__ void scale_thread_row_max(float (&s)[NT][4], float scale_log2, float (&mx)[2]) {
+  mx[0] = mx[1] = -INFINITY;
 #pragma unroll
   for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -28,14 +29,22 @@ __device__ __forceinline__ void scale_row_max(float (&s)[NT][4], float scale_log
     }
 }
 
+// The same with each row's max over the warp's columns (the quad's reduction).
+template <int NT>
+__device__ __forceinline__ void scale_row_max(float (&s)[NT][4], float scale_log2, float (&mx)[2]) {
+  scale_thread_row_max<NT>(s, scale_log2, mx);
+  mx[0] = quad_max(mx[0]);
+  mx[1] = quad_max(mx[1]);
+}
+
 // j0: the tile's first KV row, tile_n its rows (what tile_needs_mask judges);
 // col0: the warp's first column in the tile; rows: the thread's two fragment rows.
 template <int NT>
 __device__ __forceinline__ void scale_mask_row_max(float (&s)[NT][4], const RequestMask& rmask,
                                                    const RowMask (&rows)[2], int j0, int tile_n, int col0,
                                                    int t4, float scale_log2, float (&mx)[2]) {
-  mx[0] = mx[1] = -INFINITY;
   if (rmask.tile_needs_mask(j0, tile_n)) {
+    mx[0] = mx[1] = -INFINITY;
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -47,7 +56,7 @@ __device__ __forceinline__ void scale_mask_row_max(float (&s)[NT][4], const Requ
         mx[e >> 1] = fmaxf(mx[e >> 1], x);
       }
   } else {
-    scale_row_max<NT>(s, scale_log2, mx);
+    scale_thread_row_max<NT>(s, scale_log2, mx);
   }
   mx[0] = quad_max(mx[0]);
   mx[1] = quad_max(mx[1]);
@@ -80,7 +89,7 @@ __device__ __forceinline__ void scale_mask_row_max_bits(float (&s)[NT][4], const
         }
     }
   } else {
-    scale_row_max<NT>(s, scale_log2, mx);
+    scale_thread_row_max<NT>(s, scale_log2, mx);
   }
   mx[0] = quad_max(mx[0]);
   mx[1] = quad_max(mx[1]);

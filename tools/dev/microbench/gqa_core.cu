@@ -89,6 +89,7 @@
 #include "kernels/core/softmax.cuh"
 #include "kernels/core/types.cuh"
 #include "kernels/sm90/sync.cuh"
+#include "tools/dev/microbench/harness.h"
 
 namespace {
 
@@ -97,7 +98,6 @@ using verify_attn::ldmatrix_x4;
 using verify_attn::ldmatrix_x4_trans;
 using verify_attn::mma_m16n8k16;
 using verify_attn::OnlineSoftmaxRow;
-using verify_attn::quad_max;
 using verify_attn::smem_addr;
 using verify_attn::sm90::cp_async_arrive_noinc;
 using verify_attn::sm90::mbar_arrive;
@@ -357,16 +357,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 #pragma unroll
     for (int mi = 0; mi < MT; ++mi) {
       float(&s)[NT][4] = sc[0][mi];
-      float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[j][e] *= scale_log2;
-          mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
-        }
-      mx[0] = quad_max(mx[0]);
-      mx[1] = quad_max(mx[1]);
+      float mx[2];
+      verify_attn::scale_row_max<NT>(s, scale_log2, mx);  // an unmasked tile
       float alpha[2];
       verify_attn::softmax_tile<NT>(s, sm[mi], mx, alpha);
 #pragma unroll
@@ -445,20 +437,9 @@ void run(const char* name, int tiles, int launches, const Inputs& in, int sms, i
     return;
   }
   const int grid = sms * per_sm;
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  kernel<<<grid, C::kThreads, smem>>>(in.k, in.v, in.q, in.pool_k, in.pool_v, in.slots, in.out, tiles);  // warm-up
-  float best = 1e30f;
-  for (int i = 0; i < launches; ++i) {
-    cudaEventRecord(e0);
-    kernel<<<grid, C::kThreads, smem>>>(in.k, in.v, in.q, in.pool_k, in.pool_v, in.slots, in.out, tiles);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0.f;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (ms < best) best = ms;
-  }
+  const float best = microbench::best_ms(
+      [&] { kernel<<<grid, C::kThreads, smem>>>(in.k, in.v, in.q, in.pool_k, in.pool_v, in.slots, in.out, tiles); },
+      launches);
   const cudaError_t err = cudaGetLastError();
   const double tflops = C::kFlopPerTile * tiles * grid / (best * 1e-3) / 1e12;
   const double load_tbs = double(N) * kD * 2 * 2 * tiles * grid / (best * 1e-3) / 1e12;  // K and V bytes gathered
@@ -470,8 +451,6 @@ void run(const char* name, int tiles, int launches, const Inputs& in, int sms, i
               name, C::kM, CW, R, q_name(QS), CH, N, KS, LW, attr.numRegs,
               C::kSetmaxnreg ? C::kConsumerRegs : attr.numRegs, attr.localSizeBytes, C::kSmem, per_sm, MINB, tflops,
               LW ? load_tbs : 0.0, best, cudaGetErrorString(err));
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
 }
 
 }  // namespace
@@ -485,30 +464,13 @@ int main(int argc, char** argv) {
   cudaDeviceGetAttribute(&smem_cap, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
   std::vector<bf16> hk(64 * kD), hv(64 * kD), hq(kMaxQRows * kD), hpk(size_t(kPoolRows) * kD),
       hpv(size_t(kPoolRows) * kD);
-  std::vector<int> hslots(kPoolRows);
-  unsigned x = 12345u;
-  auto next = [&x] { return x = x * 1664525u + 1013904223u; };
-  for (auto* h : {&hk, &hv, &hq, &hpk, &hpv})
-    for (auto& v : *h) v = __float2bfloat16(((next() >> 9) & 1023) / 1024.f - 0.5f);
-  for (int i = 0; i < kPoolRows; ++i) hslots[i] = i;
-  for (int i = kPoolRows - 1; i > 0; --i) std::swap(hslots[i], hslots[next() % (i + 1)]);
+  microbench::Lcg rng;
+  for (auto* h : {&hk, &hv, &hq, &hpk, &hpv}) rng.fill(*h);
   Inputs in{};
-  bf16 *k = nullptr, *v = nullptr, *q = nullptr, *pk = nullptr, *pv = nullptr;
-  int* slots = nullptr;
-  cudaMalloc(&k, hk.size() * sizeof(bf16));
-  cudaMalloc(&v, hv.size() * sizeof(bf16));
-  cudaMalloc(&q, hq.size() * sizeof(bf16));
-  cudaMalloc(&pk, hpk.size() * sizeof(bf16));
-  cudaMalloc(&pv, hpv.size() * sizeof(bf16));
-  cudaMalloc(&slots, hslots.size() * sizeof(int));
+  in.k = microbench::upload(hk), in.v = microbench::upload(hv), in.q = microbench::upload(hq);
+  in.pool_k = microbench::upload(hpk), in.pool_v = microbench::upload(hpv);
+  in.slots = microbench::upload(rng.permutation(kPoolRows));
   cudaMalloc(&in.out, sizeof(float) * sms * 8 * 512);
-  cudaMemcpy(k, hk.data(), hk.size() * sizeof(bf16), cudaMemcpyHostToDevice);
-  cudaMemcpy(v, hv.data(), hv.size() * sizeof(bf16), cudaMemcpyHostToDevice);
-  cudaMemcpy(q, hq.data(), hq.size() * sizeof(bf16), cudaMemcpyHostToDevice);
-  cudaMemcpy(pk, hpk.data(), hpk.size() * sizeof(bf16), cudaMemcpyHostToDevice);
-  cudaMemcpy(pv, hpv.data(), hpv.size() * sizeof(bf16), cudaMemcpyHostToDevice);
-  cudaMemcpy(slots, hslots.data(), hslots.size() * sizeof(int), cudaMemcpyHostToDevice);
-  in.k = k, in.v = v, in.q = q, in.pool_k = pk, in.pool_v = pv, in.slots = slots;
   constexpr QSrc kReg = QSrc::kRegs, kFrag = QSrc::kSmemFrag, kLdsm = QSrc::kSmemLdsm;
   //  template: consumer warps, rows per warp, Q source, score accumulator sets, KV rows per tile,
   //            stages, load warps, CTAs per SM built for

@@ -33,6 +33,13 @@
 //   m64_half4  the same with 4 S warps x 16 rows x 288 dims
 //   m64_half4_2ch  the same with the S warps' even and odd k-steps in separate
 //              accumulators (8 independent mma chains per warp instead of 4)
+//   m64_half8  64 rows, 288 dims: 8 S warps as 4 row groups x 2 halves of the tile's
+//              32 columns (16 x 16 x 288 each; the two warps of a row group trade
+//              their row maxima through shared memory), 4 O warps x 64 x 64
+//   *_oload    fed by the 4 O warps instead of a load warpgroup (12 warps, 170
+//              registers each without setmaxnreg; 16 warps would cap every thread
+//              at 128, below an O warp's 64 x 64 accumulators): tile it + KS into
+//              tile it's stage once every O warp is done with its V
 //   m64_q32pair  64 rows, 288 dims: 4 S warps as 2 row groups of 32 x 2 halves of
 //              144 dims (each K fragment feeds two m16 tiles: 128 B per mma in
 //              Q K^T instead of 256), the pair's partial scores crossing through
@@ -55,6 +62,7 @@
 #include "kernels/core/mma.cuh"
 #include "kernels/core/types.cuh"
 #include "kernels/sm90/sync.cuh"
+#include "tools/dev/microbench/harness.h"
 
 namespace {
 
@@ -76,16 +84,21 @@ constexpr int kPoolRows = 32768;  // the global KV pool the load warps gather fr
 // M rows, DQK dims of Q K^T, DV value columns (all this CTA's); S warps of QR
 // rows x QD dims (pairs = DQK / QD warps share rows); O warps of PR rows x PC cols.
 // N KV rows per tile, KS stages, LW load warps (0: stages filled once).
-template <int M, int DQK, int DV, int QR, int QD, int PR, int PC, bool XCH, int N_, int KS, int LW, int CH = 1>
+template <int M, int DQK, int DV, int QR, int QD, int PR, int PC, bool XCH, int N_, int KS, int LW, int CH = 1,
+          int NS = 1, bool OL = false>
 struct Cfg {
   static_assert(LW == 0 || LW == 4, "setmaxnreg needs the load warps to be one whole warpgroup");
+  static_assert(NS == 1 || (NS == 2 && DQK == QD), "column halves only without a dim split");
+  static_assert(!(OL && LW), "the O warps load, or the load warps do");
   static constexpr int kN = N_;
   static constexpr int kStages = KS;
   static constexpr int kLoadWarps = LW;
   static constexpr bool kExchange = XCH;
+  static constexpr int kColSplit = NS;  // S warps per row group splitting the tile's columns
+  static constexpr bool kOLoad = OL;   // the O warps gather the tiles (no load warpgroup)
   static constexpr int kChains = CH;  // S accumulator sets (k-steps round-robin): CH x MT x N / 8 independent mma chains
   static constexpr int kPairs = DQK / QD;
-  static constexpr int kSWarps = (M / QR) * kPairs;
+  static constexpr int kSWarps = (M / QR) * kPairs * NS;
   static constexpr int kOWarps = (M / PR) * (DV / PC);
   static constexpr int kComputeThreads = (kSWarps + kOWarps) * 32;
   static constexpr int kThreads = kComputeThreads + LW * 32;
@@ -93,9 +106,10 @@ struct Cfg {
   static constexpr int kPStride = kN + 8;
   static constexpr int kKBytes = kN * kKStride * 2;
   static constexpr int kPBytes = M * kPStride * 2;
-  static constexpr int kXFloats = (QR / 16) * (kN / 8) * 4;  // partial scores per lane
+  static constexpr int kXFloats = (QR / 16) * (kN / 8 / NS) * 4;  // partial scores per lane
   static constexpr int kSmem =
-      KS * kKBytes + 2 * kPBytes + 2 * M * 4 + 2 * kSWarps * kXFloats * 32 * 4 + 2 * KS * 8;
+      KS * kKBytes + 2 * kPBytes + 2 * M * 4 + 2 * kSWarps * kXFloats * 32 * 4 + 2 * kSWarps * 2 * 2 * 8 * 4 +
+      2 * KS * 8;
   static constexpr double kFlopPerTile = 2.0 * M * kN * (DQK + DV);
 };
 
@@ -109,45 +123,51 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   bf16* sP = reinterpret_cast<bf16*>(smem + KS * C::kKBytes);                        // [2][M][kPStride]
   float* sA = reinterpret_cast<float*>(smem + KS * C::kKBytes + 2 * C::kPBytes);     // [2][M]
   float* sX = sA + 2 * M;                                                            // [2][S warps][kXFloats][32]
-  uint64_t* full = reinterpret_cast<uint64_t*>(sX + 2 * C::kSWarps * C::kXFloats * 32);  // [KS]
+  float* sMx = sX + 2 * C::kSWarps * C::kXFloats * 32;                               // [2][S warps][2][2][8]: row maxima
+  uint64_t* full = reinterpret_cast<uint64_t*>(sMx + 2 * C::kSWarps * 2 * 2 * 8);    // [KS]
   uint64_t* empty = full + KS;                                                       // [KS]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
-  if constexpr (C::kLoadWarps == 0) {
+  if constexpr (C::kLoadWarps == 0 && !C::kOLoad) {
     for (int i = threadIdx.x; i < KS * N * C::kKStride; i += C::kThreads) {
       const int col = i % C::kKStride, row = (i / C::kKStride) % N;
       sK[i] = col < DQK ? gK[(row % 32) * DQK + col] : __float2bfloat16(0.f);
     }
   } else if (threadIdx.x < KS) {
-    mbar_init(full + threadIdx.x, C::kLoadWarps * 32);
+    mbar_init(full + threadIdx.x, C::kOLoad ? C::kOWarps * 32 : C::kLoadWarps * 32);
     mbar_init(empty + threadIdx.x, C::kSWarps + C::kOWarps);
   }
   __syncthreads();
-  constexpr int kFull = 1, kEmpty = 3, kPair = 5;  // named barriers (0 is __syncthreads)
+  constexpr int kFull = 1, kEmpty = 3, kPair = 5, kOSync = 10;  // named barriers (0 is __syncthreads)
+  constexpr bool kFed = C::kLoadWarps > 0 || C::kOLoad;  // stages refilled per tile
   float acc_sum = 0.f;
   // Stage of tile it, and the parity of its fill.
   auto stage = [](int it) { return it % KS; };
   auto phase = [](int it) { return static_cast<uint32_t>((it / KS) & 1); };
 
+  // Tile it's rows into its stage by threads lt of nthr, each thread's copies
+  // completing on the stage's `full` (a CTA of a dim-splitting pair reads its
+  // half of every row: even / odd blocks).
+  auto fill = [&](int it, int lt, int nthr) {
+    constexpr int kChunks = DQK * 2 / 16;  // 16-byte chunks per row of this CTA's dims
+    const int dim_off = (DQK < 576) ? (blockIdx.x & 1) * DQK : 0;
+    const int st = stage(it);
+    bf16* dst = sK + st * N * C::kKStride;
+    const int base = (blockIdx.x * 7919 + it * N) % kPoolRows;
+    for (int i = lt; i < N * kChunks; i += nthr) {
+      const int row = i / kChunks, c = i - row * kChunks;
+      const int slot = __ldg(slots + (base + row) % kPoolRows);
+      cp_async_16(dst + row * C::kKStride + c * 8, pool + static_cast<int64_t>(slot) * 576 + dim_off + c * 8, true);
+    }
+    cp_async_arrive_noinc(full + st);
+  };
   if (warp >= C::kSWarps + C::kOWarps) {
     // ---------------- load warps ----------------
     if constexpr (C::kLoadWarps > 0) {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
-      constexpr int kChunks = DQK * 2 / 16;  // 16-byte chunks per row of this CTA's dims
-      const int lt = threadIdx.x - CT;
-      // A CTA of a dim-splitting pair reads its half of the row (even / odd blocks).
-      const int dim_off = (DQK < 576) ? (blockIdx.x & 1) * DQK : 0;
       for (int it = 0; it < tiles; ++it) {
-        const int st = stage(it);
-        if (it >= KS) mbar_wait(empty + st, phase(it) ^ 1);
-        bf16* dst = sK + st * N * C::kKStride;
-        const int base = (blockIdx.x * 7919 + it * N) % kPoolRows;
-        for (int i = lt; i < N * kChunks; i += C::kLoadWarps * 32) {
-          const int row = i / kChunks, c = i - row * kChunks;
-          const int slot = __ldg(slots + (base + row) % kPoolRows);
-          cp_async_16(dst + row * C::kKStride + c * 8, pool + static_cast<int64_t>(slot) * 576 + dim_off + c * 8, true);
-        }
-        cp_async_arrive_noinc(full + st);
+        if (it >= KS) mbar_wait(empty + stage(it), phase(it) ^ 1);
+        fill(it, threadIdx.x - CT, C::kLoadWarps * 32);
       }
       asm volatile("cp.async.wait_all;\n" ::: "memory");
     }
@@ -157,9 +177,10 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 
   if (warp < C::kSWarps) {
     // ---------------- S warps ----------------
-    constexpr int MT = QR / 16, KT = QD / 16, NT = N / 8;
-    const int rg = warp / C::kPairs, dh = warp % C::kPairs;
-    const int row0 = rg * QR, dim0 = dh * QD;
+    constexpr int MT = QR / 16, KT = QD / 16, NS = C::kColSplit, NT = N / 8 / NS;
+    const int cs = warp % NS, wp = warp / NS;  // column half, then row group / dim half
+    const int rg = wp / C::kPairs, dh = wp % C::kPairs;
+    const int row0 = rg * QR, dim0 = dh * QD, col0 = cs * (N / NS);
     uint32_t q[MT][KT][4];
 #pragma unroll
     for (int mi = 0; mi < MT; ++mi)
@@ -176,8 +197,8 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     const float scale = 0.0601f;  // log2(e) / sqrt(576)
     for (int it = 0; it < tiles; ++it) {
       const int b = it & 1, st = stage(it);
-      if constexpr (C::kLoadWarps > 0) mbar_wait(full + st, phase(it));
-      const bf16* K = sK + st * N * C::kKStride;
+      if constexpr (kFed) mbar_wait(full + st, phase(it));
+      const bf16* K = sK + (st * N + col0) * C::kKStride;
       constexpr int CHN = C::kChains;
       float sc[CHN][MT][NT][4];
 #pragma unroll
@@ -251,8 +272,12 @@ __global__ void __launch_bounds__(C::kThreads, 1)
               for (int r = 0; r < 4; ++r) s[mi][nj][r] *= 0.5f;  // own partial read back: keep the scale
         }
       }
-      // Online softmax of rows g and g + 8 of each m16 tile.
-      float alpha[MT][2];
+      // Online softmax of rows g and g + 8 of each m16 tile: the row maxima
+      // over this warp's columns (the quad of lanes of a row), then, with the
+      // columns split, over the other half's too (shared memory, one barrier
+      // of the two warps; buffer b, rewritten two tiles later only after this
+      // warp's next arrival).
+      float alpha[MT][2], rmax[MT][2];
 #pragma unroll
       for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
@@ -261,7 +286,28 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 #pragma unroll
           for (int nj = 0; nj < NT; ++nj) mx = fmaxf(mx, fmaxf(s[mi][nj][2 * h], s[mi][nj][2 * h + 1]) * scale);
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          rmax[mi][h] = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        }
+      if constexpr (NS == 2) {
+        float* mine = sMx + (b * C::kSWarps + warp) * 32;
+        const float* theirs = sMx + (b * C::kSWarps + (warp ^ 1)) * 32;
+        if (t == 0) {
+#pragma unroll
+          for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) mine[(mi * 2 + h) * 8 + g] = rmax[mi][h];
+        }
+        named_barrier_sync(kPair + rg, 64);
+#pragma unroll
+        for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) rmax[mi][h] = fmaxf(rmax[mi][h], theirs[(mi * 2 + h) * 8 + g]);
+      }
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float mx = rmax[mi][h];
           alpha[mi][h] = exp2f(m_run[mi][h] - mx);
           m_run[mi][h] = mx;
           float sum = 0.f;
@@ -281,11 +327,11 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           const int r0 = row0 + mi * 16 + g;
 #pragma unroll
           for (int nj = 0; nj < NT; ++nj) {
-            *reinterpret_cast<uint32_t*>(P + r0 * C::kPStride + nj * 8 + 2 * t) = verify_attn::DTypeTraits<bf16>::pack(s[mi][nj][0], s[mi][nj][1]);
-            *reinterpret_cast<uint32_t*>(P + (r0 + 8) * C::kPStride + nj * 8 + 2 * t) =
+            *reinterpret_cast<uint32_t*>(P + r0 * C::kPStride + col0 + nj * 8 + 2 * t) = verify_attn::DTypeTraits<bf16>::pack(s[mi][nj][0], s[mi][nj][1]);
+            *reinterpret_cast<uint32_t*>(P + (r0 + 8) * C::kPStride + col0 + nj * 8 + 2 * t) =
                 verify_attn::DTypeTraits<bf16>::pack(s[mi][nj][2], s[mi][nj][3]);
           }
-          if (t == 0) {
+          if (t == 0 && cs == 0) {
             sA[b * M + r0] = alpha[mi][0];
             sA[b * M + r0 + 8] = alpha[mi][1];
           }
@@ -308,11 +354,19 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
       for (int nj = 0; nj < NT; ++nj) o[mi][nj][0] = o[mi][nj][1] = o[mi][nj][2] = o[mi][nj][3] = 0.f;
+    // With `OL` the O warps gather the tiles: the first KS now, tile it + KS
+    // into tile it's stage once every O warp is done with its V (the S warps
+    // were done with its K before they published P of tile it).
+    const int olt = v * 32 + lane;
+    if constexpr (C::kOLoad) {
+      for (int it = 0; it < KS && it < tiles; ++it) fill(it, olt, C::kOWarps * 32);
+    }
     named_barrier_arrive(kEmpty, CT);  // both P buffers start free
     named_barrier_arrive(kEmpty + 1, CT);
     for (int it = 0; it < tiles; ++it) {
       const int b = it & 1, st = stage(it);
       named_barrier_sync(kFull + b, CT);  // P[b] written; the S warps saw stage st full
+      if constexpr (kFed) mbar_wait(full + st, phase(it));  // the stage's copies, visible here too
       const bf16* P = sP + b * M * C::kPStride;
       const bf16* V = sK + st * N * C::kKStride;
 #pragma unroll
@@ -343,6 +397,10 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         __syncwarp();
         if (lane == 0) mbar_arrive(empty + st);
       }
+      if constexpr (C::kOLoad) {
+        named_barrier_sync(kOSync, C::kOWarps * 32);
+        if (it + KS < tiles) fill(it + KS, olt, C::kOWarps * 32);
+      }
       named_barrier_arrive(kEmpty + b, CT);
     }
 #pragma unroll
@@ -361,9 +419,10 @@ struct Inputs {
   float* out;
 };
 
-template <int M, int DQK, int DV, int QR, int QD, int PR, int PC, bool XCH, int N, int KS, int LW, int CH = 1>
+template <int M, int DQK, int DV, int QR, int QD, int PR, int PC, bool XCH, int N, int KS, int LW, int CH = 1,
+          int NS = 1, bool OL = false>
 void run(const char* name, int tiles, int launches, const Inputs& in, int sms, int smem_cap) {
-  using C = Cfg<M, DQK, DV, QR, QD, PR, PC, XCH, N, KS, LW, CH>;
+  using C = Cfg<M, DQK, DV, QR, QD, PR, PC, XCH, N, KS, LW, CH, NS, OL>;
   auto kernel = core_kernel<C, M, DQK, DV, QR, QD, PR, PC>;
   // One CTA per SM: ask for more than half of the SM's shared memory when the
   // configuration itself needs less (sm_120 fits one such CTA per SM anyway).
@@ -377,20 +436,8 @@ void run(const char* name, int tiles, int launches, const Inputs& in, int sms, i
   }
   cudaFuncAttributes attr;
   cudaFuncGetAttributes(&attr, kernel);
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  kernel<<<sms, C::kThreads, smem>>>(in.k, in.q, in.pool, in.slots, in.out, tiles);  // warm-up
-  float best = 1e30f;
-  for (int i = 0; i < launches; ++i) {
-    cudaEventRecord(e0);
-    kernel<<<sms, C::kThreads, smem>>>(in.k, in.q, in.pool, in.slots, in.out, tiles);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0.f;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (ms < best) best = ms;
-  }
+  const float best = microbench::best_ms(
+      [&] { kernel<<<sms, C::kThreads, smem>>>(in.k, in.q, in.pool, in.slots, in.out, tiles); }, launches);
   const cudaError_t err = cudaGetLastError();
   const double tflops = C::kFlopPerTile * tiles * sms / (best * 1e-3) / 1e12;
   const double l2_tbs = double(N) * DQK * 2 * tiles * sms / (best * 1e-3) / 1e12;  // bytes the load warps bring
@@ -398,9 +445,7 @@ void run(const char* name, int tiles, int launches, const Inputs& in, int sms, i
               "\"load_warps\": %d, \"registers\": %d, \"local_bytes\": %zu, \"smem\": %d, \"tflops\": %.1f, "
               "\"load_tb_per_s\": %.2f, \"ms\": %.3f, \"status\": \"%s\"}\n",
               name, M, N, KS, C::kSWarps, C::kOWarps, LW, attr.numRegs, attr.localSizeBytes, C::kSmem, tflops,
-              LW ? l2_tbs : 0.0, best, cudaGetErrorString(err));
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
+              (LW || OL) ? l2_tbs : 0.0, best, cudaGetErrorString(err));
 }
 
 }  // namespace
@@ -413,27 +458,12 @@ int main(int argc, char** argv) {
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   cudaDeviceGetAttribute(&smem_cap, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
   std::vector<bf16> hk(32 * 576), hq(64 * 576), hpool(size_t(kPoolRows) * 576);
-  std::vector<int> hslots(kPoolRows);
-  unsigned x = 12345u;
-  auto next = [&x] { return x = x * 1664525u + 1013904223u; };
-  for (auto& v : hk) v = __float2bfloat16(((next() >> 9) & 1023) / 1024.f - 0.5f);
-  for (auto& v : hq) v = __float2bfloat16(((next() >> 9) & 1023) / 1024.f - 0.5f);
-  for (auto& v : hpool) v = __float2bfloat16(((next() >> 9) & 1023) / 1024.f - 0.5f);
-  for (int i = 0; i < kPoolRows; ++i) hslots[i] = i;
-  for (int i = kPoolRows - 1; i > 0; --i) std::swap(hslots[i], hslots[next() % (i + 1)]);
+  microbench::Lcg rng;
+  for (auto* h : {&hk, &hq, &hpool}) rng.fill(*h);
   Inputs in{};
-  bf16 *k = nullptr, *q = nullptr, *pool = nullptr;
-  int* slots = nullptr;
-  cudaMalloc(&k, hk.size() * sizeof(bf16));
-  cudaMalloc(&q, hq.size() * sizeof(bf16));
-  cudaMalloc(&pool, hpool.size() * sizeof(bf16));
-  cudaMalloc(&slots, hslots.size() * sizeof(int));
+  in.k = microbench::upload(hk), in.q = microbench::upload(hq), in.pool = microbench::upload(hpool);
+  in.slots = microbench::upload(rng.permutation(kPoolRows));
   cudaMalloc(&in.out, sizeof(float) * sms * 1024);
-  cudaMemcpy(k, hk.data(), hk.size() * sizeof(bf16), cudaMemcpyHostToDevice);
-  cudaMemcpy(q, hq.data(), hq.size() * sizeof(bf16), cudaMemcpyHostToDevice);
-  cudaMemcpy(pool, hpool.data(), hpool.size() * sizeof(bf16), cudaMemcpyHostToDevice);
-  cudaMemcpy(slots, hslots.data(), hslots.size() * sizeof(int), cudaMemcpyHostToDevice);
-  in.k = k, in.q = q, in.pool = pool, in.slots = slots;
   // The compute core alone (stages filled once).
   run<32, 576, 512, 16, 576, 32, 128, false, 32, 2, 0>("m32_full", tiles, launches, in, sms, smem_cap);
   run<32, 576, 512, 16, 288, 32, 128, true, 32, 2, 0>("m32_pair", tiles, launches, in, sms, smem_cap);
@@ -441,12 +471,15 @@ int main(int argc, char** argv) {
   run<64, 288, 256, 16, 288, 64, 64, true, 32, 2, 0>("m64_half4", tiles, launches, in, sms, smem_cap);
   run<64, 288, 256, 16, 288, 64, 64, true, 32, 2, 0, 2>("m64_half4_2ch", tiles, launches, in, sms, smem_cap);
   run<64, 288, 256, 32, 144, 64, 64, true, 32, 2, 0>("m64_q32pair", tiles, launches, in, sms, smem_cap);
+  run<64, 288, 256, 16, 288, 64, 64, true, 32, 2, 0, 1, 2>("m64_half8", tiles, launches, in, sms, smem_cap);
   // With load warps gathering scattered rows.
   run<32, 576, 512, 16, 288, 32, 128, true, 32, 2, 4>("m32_pair_load", tiles, launches, in, sms, smem_cap);
   run<32, 576, 512, 16, 288, 32, 128, true, 16, 4, 4>("m32_pair_load_n16", tiles, launches, in, sms, smem_cap);
   run<64, 288, 256, 16, 288, 64, 64, true, 32, 3, 4>("m64_half4_load", tiles, launches, in, sms, smem_cap);
   run<64, 288, 256, 16, 288, 64, 64, true, 32, 3, 4, 2>("m64_half4_2ch_load", tiles, launches, in, sms, smem_cap);
   run<64, 288, 256, 32, 144, 64, 64, true, 32, 3, 4>("m64_q32pair_load", tiles, launches, in, sms, smem_cap);
+  run<64, 288, 256, 16, 288, 64, 64, true, 32, 3, 0, 1, 1, true>("m64_half4_oload", tiles, launches, in, sms, smem_cap);
+  run<64, 288, 256, 16, 288, 64, 64, true, 32, 3, 0, 1, 2, true>("m64_half8_oload", tiles, launches, in, sms, smem_cap);
   run<64, 288, 256, 16, 288, 64, 64, true, 16, 4, 4>("m64_half4_load_n16", tiles, launches, in, sms, smem_cap);
   const cudaError_t err = cudaDeviceSynchronize();
   return err == cudaSuccess ? 0 : 1;
