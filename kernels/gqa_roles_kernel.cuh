@@ -27,7 +27,7 @@
 
 #include <stdint.h>
 
-#include "kernels/core/epilogue.cuh"
+#include "kernels/core/gqa_warp.cuh"
 #include "kernels/core/mask.cuh"
 #include "kernels/core/mma.cuh"
 #include "kernels/core/request.cuh"
@@ -123,20 +123,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_kernel(const Ker
   // once: zeros for rows past the request.
   uint32_t q[KT][4];
   RowMask rows[2];
-  {
-    const DT* gq = static_cast<const DT*>(p.q);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int gr = r0 + g + 8 * h;
-      rows[h] = row_mask(p, rt, gr);
-      const DT* qrow = gq + (rows[h].valid ? q_row_offset(p, rt, hk, gr) : 0) + 2 * t4;
-#pragma unroll
-      for (int kk = 0; kk < KT; ++kk)
-#pragma unroll
-        for (int c = 0; c < 2; ++c)
-          q[kk][h + 2 * c] = rows[h].valid ? __ldg(reinterpret_cast<const unsigned int*>(qrow + kk * 16 + 8 * c)) : 0u;
-    }
-  }
+  load_q_fragments<KT, DT>(p, rt, hk, r0, g, t4, q, rows);
   const RequestMask rmask{rt.kv_len, rt.prefix, p.mask_words, p.causal != 0};
   OnlineSoftmaxRow sm[2];
   sm[0].init();
@@ -144,10 +131,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_kernel(const Ker
   float o[NTO][4];
 #pragma unroll
   for (int j = 0; j < NTO; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
-  // ldmatrix lane addresses (kernels/core/mma.cuh): K rows as the B operand of
-  // two n8 tiles x one k16 step; V by the transposing load, two n8 value tiles.
-  const int k_frag_off = ((lane & 7) + ((lane >> 4) << 3)) * KS + ((lane >> 3) & 1) * 8;
-  const int v_frag_off = ((lane & 7) + ((lane >> 3) & 1) * 8) * KS + (lane >> 4) * 8;
+  const int k_frag_off = k_fragment_offset(lane, KS);
+  const int v_frag_off = v_fragment_offset(lane, KS);
 
   // A warp whose 16 rows are all past the request (short requests: q_len x
   // group under M) computes nothing; it still waits for each stage before
@@ -182,14 +167,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_kernel(const Ker
     scale_mask_row_max<NT>(s, rmask, rows, (rt.tile_begin + i) * N, N, 0, t4, p.scale_log2, mx);
     float alpha[2];
     softmax_tile<NT>(s, sm, mx, alpha);
-    // P as the A operand of m16n8k16: k16 step kk holds score tiles 2 kk
-    // (registers 0, 1) and 2 kk + 1 (registers 2, 3).
     uint32_t pa[N / 16][4];
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      pa[j / 2][(j & 1) * 2] = DTypeTraits<DT>::pack(s[j][0], s[j][1]);
-      pa[j / 2][(j & 1) * 2 + 1] = DTypeTraits<DT>::pack(s[j][2], s[j][3]);
-    }
+    scores_to_a_operand<NT, DT>(s, pa);
     rescale_rows<NTO>(o, alpha);
 
     // ---- O += P V ----
@@ -212,16 +191,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_kernel(const Ker
     return;
   }
 
-  // ---- normalize and store ----
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int gr = r0 + g + 8 * h;
-    const float l = quad_sum(sm[h].l);
-    if (gr >= rt.R) continue;
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    store_out_row<NTO, D, DT>(p, split, folded_row(rt.q_start, hk, p.group, gr), 2 * t4, o, h, inv,
-                              OnlineSoftmaxRow::lse(sm[h].m, l), t4 == 0);
-  }
+  store_warp_rows<NTO, D, DT>(p, rt, hk, split, r0, g, t4, o, sm);
 #else
   // Built for an architecture without these instructions: the plan never selects this kernel there.
   __trap();

@@ -12,6 +12,7 @@
 
 #include "kernels/attention_kernel.cuh"
 #include "kernels/gqa_roles_kernel.cuh"
+#include "kernels/gqa_roles_r32_kernel.cuh"
 #include "kernels/launch.h"
 #include "kernels/mla_cluster_kernel.cuh"
 #include "kernels/mla_split_kernel.cuh"
@@ -37,6 +38,8 @@ constexpr auto kernel_for() {
     return mla_cluster_kernel<Shape, DT, Loader>;
   } else if constexpr (Shape::kSplitRoles && Shape::kVIsK) {
     return mla_split_kernel<Shape, DT, Loader>;
+  } else if constexpr (Shape::kSplitRoles && Shape::kRowsPerWarp == 32) {
+    return gqa_roles_r32_kernel<Shape, DT, Loader>;
   } else if constexpr (Shape::kSplitRoles) {
     return gqa_roles_kernel<Shape, DT, Loader>;
   } else {
@@ -168,6 +171,8 @@ va_status launch_attention(const KernelParams& kp, const Plan& plan, int dtype, 
     case kCfgGqa64Roles: return launch_config<kCfgGqa64Roles, Loader>(kp, plan, dtype, stream);
     case kCfgGqa128Roles: return launch_config<kCfgGqa128Roles, Loader>(kp, plan, dtype, stream);
     case kCfgMlaClusterM64N32: return launch_config<kCfgMlaClusterM64N32, Loader>(kp, plan, dtype, stream);
+    case kCfgGqa64RolesM256: return launch_config<kCfgGqa64RolesM256, Loader>(kp, plan, dtype, stream);
+    case kCfgGqa128RolesM256: return launch_config<kCfgGqa128RolesM256, Loader>(kp, plan, dtype, stream);
     default: break;
   }
   return va_fail(VA_ERR_UNSUPPORTED, "config: unknown configuration id %d",

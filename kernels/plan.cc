@@ -47,6 +47,8 @@ const ConfigDesc kDescs[kNumConfigs] = {
     make_desc<kCfgGqa64Roles>("gqa_d64_roles_m128n64"),
     make_desc<kCfgGqa128Roles>("gqa_d128_roles_m128n64"),
     make_desc<kCfgMlaClusterM64N32>("mla_cluster_m64n32"),
+    make_desc<kCfgGqa64RolesM256>("gqa_d64_roles_m256n64"),
+    make_desc<kCfgGqa128RolesM256>("gqa_d128_roles_m256n64"),
 };
 
 // Split-K rule: only when the unsplit grid is under one wave; then aim at

@@ -264,6 +264,7 @@ struct TileShapeRolesGqa {
   static constexpr int kDqk = D_;
   static constexpr int kDv = D_;
   static constexpr bool kVIsK = false;
+  static constexpr int kRowsPerWarp = 16;  // kernel_for: 32 picks TileShapeRolesGqaR32's kernel
   static constexpr int kConsumerWarps = CW_;
   static constexpr int kLoadWarps = LW_;
   static constexpr int kWarps = CW_ + LW_;
@@ -277,6 +278,56 @@ struct TileShapeRolesGqa {
   static constexpr int kBarBytes = 2 * kStages * 8;
   static constexpr int kSmemBytes = kKBytes + kVBytes + kBarBytes;
   static_assert(D_ % 16 == 0 && kN % 16 == 0 && kStages >= 2, "tile");
+};
+
+// Portable GQA / MHA by warp roles with 32 folded rows per consumer warp
+// (kernels/gqa_roles_r32_kernel.cuh): M = 32 x CW rows per CTA (256 at CW 8),
+// KV tiles of N rows in ONE K buffer and ONE V buffer, each with its own
+// full / empty mbarrier pair, so that the next tile's K lands while the
+// consumers run this tile's P V and the next V while they run the next Q K^T.
+//   LW load warps gather each tile's K rows, then its V rows, with cp.async,
+//     every thread's copies completing on the buffer's "full" mbarrier;
+//   CW consumer warps of 32 rows each (two m16 tiles: every K / V fragment an
+//     ldmatrix brings feeds both, 128 bytes of shared memory per mma) keep the
+//     tile's scores (N registers) and their O (D) in registers, and each
+//     row's softmax state in one lane of the quad that holds the row; their
+//     Q sits in shared memory in fragment order (each lane's four A-operand
+//     registers of an m16 tile and k16 step as 16 contiguous bytes, written
+//     once by the lane that reads it) and is re-read by one 16-byte ld.shared
+//     per fragment and k-step: 32 rows of Q in registers would not fit beside
+//     S and O.
+// Shared memory: Q [M][D] (unpadded, fragment order), K and V [N][D + 8] each,
+// 4 mbarriers: 100,384 bytes at D128 (within sm_120's 101,376), 51,232 at D64.
+// The CTA enters with 168 registers per thread (65536 / 384); setmaxnreg
+// gives the consumers 232 and the load warpgroup 40.
+template <int D_, int CW_, int N_, int LW_>
+struct TileShapeRolesGqaR32 {
+  static constexpr bool kWgmma = false;
+  static constexpr bool kSplitRoles = true;  // kernels/launch_attention.cuh, kernel_for
+  static constexpr bool kRowsGrid = false;
+  static constexpr bool kSkipDraftTiles = false;
+  static constexpr int kClusterX = 1;  // CTAs per cluster (cta_coord)
+  static constexpr int kMinBlocks = 1;
+  static constexpr int kDqk = D_;
+  static constexpr int kDv = D_;
+  static constexpr bool kVIsK = false;
+  static constexpr int kRowsPerWarp = 32;
+  static constexpr int kConsumerWarps = CW_;
+  static constexpr int kLoadWarps = LW_;
+  static constexpr int kWarps = CW_ + LW_;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kLoadRegs = 40;       // setmaxnreg of the load warpgroup
+  static constexpr int kConsumerRegs = 232;  // and of the consumer warpgroups
+  static constexpr int kM = kRowsPerWarp * CW_;
+  static constexpr int kN = N_;
+  static constexpr int kStages = 1;        // one K and one V buffer
+  static constexpr int kKStride = D_ + 8;  // elements: odd 16-byte chunks per row (ldmatrix)
+  static constexpr int kQBytes = kM * D_ * 2;
+  static constexpr int kKBytes = kN * kKStride * 2;
+  static constexpr int kVBytes = kKBytes;
+  static constexpr int kBarBytes = 4 * 8;  // full / empty of K, full / empty of V
+  static constexpr int kSmemBytes = kQBytes + kKBytes + kVBytes + kBarBytes;
+  static_assert(D_ % 16 == 0 && kN % 16 == 0, "tile");
 };
 
 // The rules of the TMA kernel's map of a K cache's rows (kernels/sm90/tma_host.h,
@@ -304,7 +355,8 @@ inline bool folded_rows_map_ok(const void* base, int width, int64_t total_q, int
 }
 
 // Every configuration below is planned by some (arch, layout, shape) rule of
-// make_plan (kernels/plan.cc; kernels/tests/plan_test.cc walks them).
+// make_plan (kernels/plan.cc; kernels/tests/plan_test.cc walks them), except
+// those marked "forced only": those run only when options.config names them.
 enum ConfigId : int {
   kCfgMlaM32N32S1 = 0,    // portable MLA: sm_120 (fits its 101,376 bytes per block)
   kCfgGqa64M64N64S2,      // GQA / MHA head_dim 64, any arch
@@ -318,6 +370,8 @@ enum ConfigId : int {
   kCfgGqa64Roles,         // GQA / MHA head_dim 64 by warp roles: arch-specific images
   kCfgGqa128Roles,        // head_dim 128 by warp roles: arch-specific images
   kCfgMlaClusterM64N32,   // portable MLA by warp roles over a 2-CTA cluster: arch-specific images
+  kCfgGqa64RolesM256,     // head_dim 64 by warp roles, 32 rows per consumer warp: forced only
+  kCfgGqa128RolesM256,    // head_dim 128 by warp roles, 32 rows per consumer warp: forced only
   kNumConfigs
 };
 
@@ -343,6 +397,11 @@ template <> struct ConfigShape<kCfgGqa64Roles> { using type = TileShapeRolesGqa<
 template <> struct ConfigShape<kCfgGqa128Roles> { using type = TileShapeRolesGqa<128, 8, 64, 2, 4>; };
 // Three stages of the CTA's 288-dim half of 32-row K tiles: 84,592 bytes.
 template <> struct ConfigShape<kCfgMlaClusterM64N32> { using type = TileShapeClusterMla<32, 3>; };
+// 8 consumer warps of 32 rows (256 folded rows per CTA) and a load warpgroup,
+// one K and one V buffer of 64 rows: 100,384 bytes at D128, 51,232 at D64.
+// Not planned yet (not yet run on a GPU): options.config selects it.
+template <> struct ConfigShape<kCfgGqa64RolesM256> { using type = TileShapeRolesGqaR32<64, 8, 64, 4>; };
+template <> struct ConfigShape<kCfgGqa128RolesM256> { using type = TileShapeRolesGqaR32<128, 8, 64, 4>; };
 
 // Whether a tile shape loads K by TMA (its tensor map encoded per launch).
 template <class S>

@@ -1,6 +1,6 @@
-// Thin wrappers over the three PTX instructions of the tensor-core path:
+// Thin wrappers over the PTX instructions of the tensor-core path:
 //   cp.async.cg.shared.global (16 bytes, with zero fill),
-//   ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16,
+//   ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16, ld / st.shared.v4.b32,
 //   mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32.
 //
 // Fragment layout of mma.m16n8k16 (PTX ISA 8.x, section "Matrix Fragments for
@@ -59,6 +59,24 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(smem)));
+}
+
+// 16 bytes of shared memory into four registers (ld.shared.v4): a fragment
+// stored in fragment order, each lane's four registers contiguous. Volatile,
+// as ldmatrix is: a loop that re-reads the same fragment every iteration
+// keeps the read in the loop instead of one copy held in registers.
+__device__ __forceinline__ void lds_128(uint32_t (&r)[4], const void* smem) {
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(smem)));
+}
+
+// Four registers into 16 bytes of shared memory (st.shared.v4), ordered
+// before every later asm statement that reads memory.
+__device__ __forceinline__ void sts_128(void* smem, const uint32_t (&r)[4]) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr(smem)), "r"(r[0]), "r"(r[1]),
+               "r"(r[2]), "r"(r[3])
+               : "memory");
 }
 
 // d += a * b for one m16n8k16 tile, fp32 accumulators, DT = half or bf16.

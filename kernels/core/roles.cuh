@@ -18,9 +18,15 @@ namespace verify_attn {
 // thread then returns). Nothing computed here stays in registers past the role
 // split (a value live across setmaxnreg costs a local-memory spill, ptxas):
 // each role re-derives what it needs from blockIdx, the parameters and *s_rt.
-// full[s] completes after full_arrivals arrivals (the load threads' cp.async
-// arrivals), empty[s] after empty_arrivals (the warps that read a stage).
-template <class Shape, typename DT, class Loader>
+// full[b] completes after full_arrivals arrivals (the load threads' cp.async
+// arrivals), empty[b] after empty_arrivals (the warps that read a buffer), for
+// b < kBarriers: one pair per stage, or per buffer where a kernel keeps K and
+// V apart (kernels/gqa_roles_r32_kernel.cuh). kReaderRows > 0: the readers
+// own kReaderRows folded rows each, in order from the tile's first, and
+// those whose rows all lie past the request never touch the ring: empty[b]
+// then counts only the readers with rows, min(empty_arrivals,
+// ceil((R - row0) / kReaderRows)).
+template <class Shape, typename DT, class Loader, int kBarriers = Shape::kStages, int kReaderRows = 0>
 __device__ __forceinline__ bool role_prologue(const KernelParams& p, RequestTile* s_rt, int* s_bad_kv,
                                               uint64_t* full, uint64_t* empty, uint32_t full_arrivals,
                                               uint32_t empty_arrivals) {
@@ -32,9 +38,13 @@ __device__ __forceinline__ bool role_prologue(const KernelParams& p, RequestTile
     if (threadIdx.x == 0) {
       *s_rt = rt;
       *s_bad_kv = 0;
-      for (int s = 0; s < Shape::kStages; ++s) {
-        sm90::mbar_init(full + s, full_arrivals);
-        sm90::mbar_init(empty + s, empty_arrivals);
+      if constexpr (kReaderRows > 0) {
+        const uint32_t readers = static_cast<uint32_t>((rt.R - rt.row0 + kReaderRows - 1) / kReaderRows);
+        if (readers < empty_arrivals) empty_arrivals = readers;
+      }
+      for (int b = 0; b < kBarriers; ++b) {
+        sm90::mbar_init(full + b, full_arrivals);
+        sm90::mbar_init(empty + b, empty_arrivals);
       }
       sm90::mbar_init_fence();
     }

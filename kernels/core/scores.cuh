@@ -8,6 +8,7 @@
 #define VERIFY_ATTN_CORE_SCORES_CUH_
 
 #include <math.h>
+#include <stdint.h>
 
 #include "kernels/core/mask.cuh"
 #include "kernels/core/softmax.cuh"
@@ -61,6 +62,39 @@ __device__ __forceinline__ void scale_mask_row_max(float (&s)[NT][4], const Requ
   mx[1] = quad_max(mx[1]);
 }
 
+// scale_mask_row_max for 64-column tiles (NT = 8) with the masked tiles'
+// visibility from RequestMask::tile_bits: one 64-bit word per row, the two
+// rows one after the other, instead of a mask-word load per element; row_fn(h)
+// gives fragment row h's RowMask (0: g, 1: g + 8) and is called on masked
+// tiles only, so that a warp holding more scores keeps no row masks in
+// registers across the tiles that need none.
+template <int NT, class RowFn>
+__device__ __forceinline__ void scale_mask_row_max_bits(float (&s)[NT][4], const RequestMask& rmask, RowFn row_fn,
+                                                        int j0, int t4, float scale_log2, float (&mx)[2]) {
+  static_assert(NT == 8, "tile_bits covers 64 columns");
+  mx[0] = mx[1] = -INFINITY;
+  if (rmask.tile_needs_mask(j0, 8 * NT)) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      // Bit 8 j + (e & 1) of `bits`: column j0 + 8 j + 2 t4 + (e & 1), element e of tile j.
+      const uint64_t bits = rmask.tile_bits(row_fn(h), j0) >> (2 * t4);
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+          float x = s[j][e] * scale_log2;
+          if (!((bits >> (8 * j + (e & 1))) & 1ull)) x = -INFINITY;
+          s[j][e] = x;
+          mx[h] = fmaxf(mx[h], x);
+        }
+    }
+  } else {
+    scale_thread_row_max<NT>(s, scale_log2, mx);
+  }
+  mx[0] = quad_max(mx[0]);
+  mx[1] = quad_max(mx[1]);
+}
+
 // The tile's online-softmax step on a warp's score fragments (scaled and
 // masked, mx the rows' tile max over every warp that shares the rows): each
 // row's running max and sum fold the tile in (OnlineSoftmaxRow), the scores
@@ -81,6 +115,42 @@ __device__ __forceinline__ void softmax_tile(float (&s)[NT][4], OnlineSoftmaxRow
     sm[0].l += s[j][0] + s[j][1];
     sm[1].l += s[j][2] + s[j][3];
   }
+}
+
+// softmax_tile for m16 tile mi of a warp of two whose rows' state the quad
+// holds (QuadSoftmaxRows, rows 2 mi and 2 mi + 1): the running maxima come
+// from their lanes and move there; the scores become P = exp2(S - base) in
+// place, and rowsum[h] gets this thread's part of row 2 mi + h's tile sum
+// (quad_fold_sums adds the quad's parts to the state once per tile).
+template <int NT>
+__device__ __forceinline__ void softmax_tile_quad(float (&s)[NT][4], QuadSoftmaxRows& st, int mi, int t4,
+                                                  const float (&mx)[2], float (&alpha)[2], float (&rowsum)[2]) {
+  float base[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float m_new;
+    alpha[h] = fold_max(st.max_of(2 * mi + h), mx[h], &m_new, &base[h]);
+    if (t4 == 2 * mi + h) st.m = m_new;
+  }
+  rowsum[0] = rowsum[1] = 0.f;
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    s[j][0] = fast_exp2(s[j][0] - base[0]);
+    s[j][1] = fast_exp2(s[j][1] - base[0]);
+    s[j][2] = fast_exp2(s[j][2] - base[1]);
+    s[j][3] = fast_exp2(s[j][3] - base[1]);
+    rowsum[0] += s[j][0] + s[j][1];
+    rowsum[1] += s[j][2] + s[j][3];
+  }
+}
+
+// The tile's sums into the quad's state: rowsum[r] is this thread's part of
+// row r's tile sum, alpha[r] row r's rescale factor (softmax_tile_quad of
+// both m16 tiles); lane t4 folds in row t4's.
+__device__ __forceinline__ void quad_fold_sums(QuadSoftmaxRows& st, int t4, const float (&alpha)[4],
+                                               const float (&rowsum)[4]) {
+  const float a = t4 == 0 ? alpha[0] : t4 == 1 ? alpha[1] : t4 == 2 ? alpha[2] : alpha[3];
+  st.l = st.l * a + quad_reduce_scatter4(rowsum, t4);
 }
 
 // O fragments (same layout: row g for e < 2, g + 8 for e >= 2) times the

@@ -78,6 +78,37 @@ struct OnlineSoftmaxRow {
   }
 };
 
+// The running state of the four fragment rows a thread holds in a warp of two
+// m16 tiles (row r = 2 mi + h: m16 tile mi, fragment row g (h = 0) or g + 8),
+// kept by the quad of lanes that share those rows: lane t4 of the quad holds
+// row t4's running max and its whole sum (the quad's columns together), two
+// registers per thread instead of OnlineSoftmaxRow's eight, for a warp whose
+// scores and output leave no more. Every lane of the warp calls the members
+// (shuffles within the quad).
+struct QuadSoftmaxRows {
+  float m;  // row t4's running max of base-2 logits (-inf while it has seen nothing)
+  float l;  // row t4's sum of exp2(s2 - m) over every column seen
+
+  __device__ __forceinline__ void init() {
+    m = -INFINITY;
+    l = 0.f;
+  }
+  // Row r's running max / sum (0 <= r < 4), from the lane of the quad that holds it.
+  __device__ __forceinline__ float max_of(int r) const { return __shfl_sync(0xffffffffu, m, r, 4); }
+  __device__ __forceinline__ float sum_of(int r) const { return __shfl_sync(0xffffffffu, l, r, 4); }
+};
+
+// v[r]: this lane's partial sums of the quad's rows r = 0..3; returns row t4's
+// total over the quad's four lanes (a reduce-scatter: three shuffles).
+__device__ __forceinline__ float quad_reduce_scatter4(const float (&v)[4], int t4) {
+  const bool hi = (t4 & 2) != 0, odd = (t4 & 1) != 0;
+  // Rows (t4 & 2) and (t4 & 2) + 1 stay, the other two go to lane t4 ^ 2.
+  const float a0 = (hi ? v[2] : v[0]) + __shfl_xor_sync(0xffffffffu, hi ? v[0] : v[2], 2);
+  const float a1 = (hi ? v[3] : v[1]) + __shfl_xor_sync(0xffffffffu, hi ? v[1] : v[3], 2);
+  // Row t4 stays, row t4 ^ 1 goes to lane t4 ^ 1.
+  return (odd ? a1 : a0) + __shfl_xor_sync(0xffffffffu, odd ? a0 : a1, 1);
+}
+
 }  // namespace verify_attn
 
 #endif  // VERIFY_ATTN_CORE_SOFTMAX_CUH_

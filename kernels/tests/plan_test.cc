@@ -327,6 +327,11 @@ int main() {
       // build has sm_120a (kernels/plan.cc); the one-CTA kernel, planned up to
       // 32 rows, is checked below.
       if (id == va::kCfgMlaSplitM32N32) continue;
+      // Forced only (not yet run on a GPU): checked below, never planned.
+      if (id == va::kCfgGqa64RolesM256 || id == va::kCfgGqa128RolesM256) {
+        CHECK(planned.count(id) == 0, "configuration %s is forced only but a rule plans it", d.tag);
+        continue;
+      }
       if (id == va::kCfgMlaClusterM64N32 && std::string(va_compiled_archs()).find("sm_120a") == std::string::npos)
         continue;
       CHECK(planned.count(id) == 1, "configuration %s is compiled but no rule plans it", d.tag);
@@ -387,6 +392,47 @@ int main() {
       CHECK(name(many, sm90) == cluster, "sm_90 planned as sm_120: %s", name(many, sm90).c_str());
       CHECK(name(few, sm90) == split, "sm_90 planned as sm_120, 32 rows: %s", name(few, sm90).c_str());
       g_opt.max_smem_bytes = 0;
+    }
+  }
+  // The warp-role GQA kernels with 32 rows per consumer warp (256 rows per
+  // CTA): within sm_120's 101,376 bytes, never the plan's choice, served
+  // when forced where the build has the device's arch-specific image (as
+  // the 16-row ones), and only for their head_dim.
+  {
+    const bool sm120a = std::string(va_compiled_archs()).find("sm_120a") != std::string::npos;
+    const bool sm90a = std::string(va_compiled_archs()).find("sm_90a") != std::string::npos;
+    auto name = [&](const va_params& p, const va::DeviceInfo& dev) -> std::string {
+      va::Plan plan;
+      if (make_plan(p, dev, &plan) != VA_OK) return std::string("error: ") + va_last_error_message();
+      return plan.name;
+    };
+    struct R32 { int id, d; const char* tag; int smem; };
+    const R32 r32s[] = {{va::kCfgGqa64RolesM256, 64, "gqa_d64_roles_m256n64", 51232},
+                        {va::kCfgGqa128RolesM256, 128, "gqa_d128_roles_m256n64", 100384}};
+    for (const R32& r : r32s) {
+      const va::ConfigDesc& d = va::config_desc(static_cast<va::ConfigId>(r.id));
+      CHECK(std::string(d.tag) == r.tag && d.head_dim_qk == r.d && !d.mla && d.arch_specific && d.m == 256 &&
+                d.n == 64 && d.warps == 12 && d.stages == 1 && d.smem_bytes == r.smem && d.smem_bytes <= 101376,
+            "%s: m %d, n %d, %d warps, %d stages, %d bytes", d.tag, d.m, d.n, d.warps, d.stages, d.smem_bytes);
+      // 64 drafts x group 8: 512 rows per KV head, two row tiles.
+      va_params p = shape(false, r.d, 32, 4, 2, 64, 8192);
+      p.dtype = VA_DTYPE_BF16;
+      const std::string forced = std::string("mma_sync_bf16_") + r.tag;
+      CHECK(name(p, sm120).find("_m256n64") == std::string::npos && name(p, sm90).find("_m256n64") == std::string::npos,
+            "%s planned by default: %s / %s", r.tag, name(p, sm120).c_str(), name(p, sm90).c_str());
+      set_config(r.tag);
+      if (sm120a) {
+        va::Plan plan;
+        CHECK(make_plan(p, sm120, &plan) == VA_OK && plan.name == forced && plan.row_tiles == 2,
+              "forced %s on sm_120: %s", r.tag, plan.name);
+      } else {
+        CHECK(name(p, sm120) != forced, "forced %s without an sm_120a image: %s", r.tag, name(p, sm120).c_str());
+      }
+      if (sm90a) CHECK(name(p, sm90) == forced, "forced %s on sm_90: %s", r.tag, name(p, sm90).c_str());
+      va_params other = shape(false, r.d == 64 ? 128 : 64, 32, 4, 2, 64, 8192);
+      CHECK(name(other, sm90).find(r.tag) == std::string::npos, "%s serves D%d: %s", r.tag, other.head_dim_qk,
+            name(other, sm90).c_str());
+      set_config("");
     }
   }
   // Forced splits are honoured; no device smem small enough fails cleanly.

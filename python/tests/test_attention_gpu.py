@@ -263,15 +263,18 @@ def run_case(c, seed, device="cuda"):
 # what sm_120 picks above 32 rows), forced.
 # test_mla_path_pinned checks which one ran. GQA / MHA at head_dim 64 / 128
 # runs the plan's choice (the warp-role kernel above 64 rows per KV head, the
-# one-tile kernel at or below), and each of the two forced: the warp-role
-# kernel ("gqa_roles", testing.ROLES_GQA, also where most of its warps idle)
-# and the one-tile kernel ("gqa_tile", testing.ONE_TILE_GQA).
+# one-tile kernel at or below), and each of the three forced: the warp-role
+# kernel ("gqa_roles", testing.ROLES_GQA, also where most of its warps idle),
+# its form with 32 rows per consumer warp and 256 per CTA ("gqa_roles_r32",
+# testing.ROLES_R32_GQA, which the plan never picks) and the one-tile kernel
+# ("gqa_tile", testing.ONE_TILE_GQA).
 CASE_PATHS = ([(c, "auto") for c in CASES] + [(c, "mma_sync") for c in CASES if MODELS[c["model"]].mla]
               + [(c, "mma_split") for c in CASES if MODELS[c["model"]].mla]
               + [(c, "mla_cluster") for c in CASES if MODELS[c["model"]].mla]
               + [(c, "cp_async") for c in CASES if MODELS[c["model"]].mla]
               + [(c, "gqa_tile") for c in CASES if MODELS[c["model"]].d_qk in testing.ONE_TILE_GQA]
-              + [(c, "gqa_roles") for c in CASES if MODELS[c["model"]].d_qk in testing.ROLES_GQA])
+              + [(c, "gqa_roles") for c in CASES if MODELS[c["model"]].d_qk in testing.ROLES_GQA]
+              + [(c, "gqa_roles_r32") for c in CASES if MODELS[c["model"]].d_qk in testing.ROLES_R32_GQA])
 
 
 def expected_path(mla, forced_mma_sync=False):
@@ -287,10 +290,13 @@ def test_kernel_matches_reference(case, path, kernel_path):
         kernel_path(testing.KernelPath(config=testing.ONE_TILE_GQA[d]))
     elif path == "gqa_roles":
         kernel_path(testing.KernelPath(config=testing.ROLES_GQA[d]))
+    elif path == "gqa_roles_r32":
+        kernel_path(testing.KernelPath(config=testing.ROLES_R32_GQA[d]))
     else:
         kernel_path(path)
     want = {"cp_async": CP_ASYNC_MLA, "mma_split": testing.SPLIT_MLA, "mla_cluster": testing.CLUSTER_MLA,
-            "gqa_tile": testing.ONE_TILE_GQA.get(d), "gqa_roles": testing.ROLES_GQA.get(d)}.get(path)
+            "gqa_tile": testing.ONE_TILE_GQA.get(d), "gqa_roles": testing.ROLES_GQA.get(d),
+            "gqa_roles_r32": testing.ROLES_R32_GQA.get(d)}.get(path)
     if want is not None or (path == "auto" and d in testing.ROLES_GQA):
         prob = build_problem(case, 0, "cuda")
         if want is None:  # the plan's rule (kernels/plan.cc): warp roles above 64 rows per KV head
@@ -304,7 +310,7 @@ def test_kernel_matches_reference(case, path, kernel_path):
     key = case["layout"] + {"auto": "", "mma_sync": " (mla on mma.sync)", "mma_split": " (mla on mma.sync roles)",
                             "mla_cluster": " (mla on mma.sync roles, 2-CTA cluster)",
                             "cp_async": " (mla on wgmma, cp.async)", "gqa_tile": " (gqa one-tile)",
-                            "gqa_roles": " (gqa roles)"}[path]
+                            "gqa_roles": " (gqa roles)", "gqa_roles_r32": " (gqa roles, 32 rows per warp)"}[path]
     if MODELS[case["model"]].mla and path == "auto":
         key += f" (mla on {expected_path(True).rstrip('_')})"
     if err >= WORST.get(key, (-1.0, ""))[0]:

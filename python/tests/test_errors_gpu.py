@@ -43,10 +43,10 @@ BAD_REQ = {1: "past_end", 3: "negative"}
 GQA = testing.Model(mla=False, heads=8, kv_heads=2, d_qk=128, d_vo=128)
 
 
-def make_paged(*, mla=False, page_size=1, seed=0, dtype=torch.bfloat16):
-    """Four requests with random trees, random pages of a cache with 11 spare pages, the host
-    bounds passed (testing.make_problem, bounds="exact")."""
-    return testing.make_problem([5, 8, 3, 6], [40, 70, 25, 90], model="mla_h16" if mla else GQA, dtype=dtype,
+def make_paged(*, mla=False, page_size=1, seed=0, dtype=torch.bfloat16, q_lens=(5, 8, 3, 6)):
+    """Four requests (q_lens drafts each) with random trees, random pages of a cache with 11 spare
+    pages, the host bounds passed (testing.make_problem, bounds="exact")."""
+    return testing.make_problem(list(q_lens), [40, 70, 25, 90], model="mla_h16" if mla else GQA, dtype=dtype,
                                 layout="paged", page_size=page_size, spare_pages=11, poison=False, seed=seed,
                                 device=DEV)
 
@@ -152,6 +152,30 @@ def test_warp_role_mla_bad_index(path, splits):
     with testing.kernel_path(path):
         want = testing.PATHS[path].config
         assert testing.plan_info(pa, num_splits=splits)["name"].endswith(want)
+        out = run(pa, num_splits=splits)
+    with pytest.raises(verify_attn.KernelInputError) as ei:
+        verify_attn.check_errors()
+    assert_names_a_poisoned_request(ei.value, bad, 1)
+    verify_attn.check_errors()
+    for req in bad:
+        assert torch.isnan(out[rows(a, req)]).all(), "request %d: output not NaN" % req
+    assert_exact(out, clean_ref, a, (0, 2))
+
+
+@pytest.mark.parametrize("splits", [0, 2], ids=["unsplit", "split2"])
+@pytest.mark.parametrize("q_lens", [(5, 8, 3, 6), (70, 5, 90, 40)], ids=["short", "long"])
+@pytest.mark.parametrize("config", [testing.ROLES_GQA[128], testing.ROLES_R32_GQA[128]],
+                         ids=["roles_m128", "roles_m256"])
+def test_warp_role_gqa_bad_index(config, q_lens, splits):
+    """The GQA kernels by warp roles (16 rows per consumer warp, 128 per CTA; 32 rows per warp, 256
+    per CTA), forced: a bad page id is flagged, its request's rows are NaN, the other requests
+    exact. Short requests (4 heads x at most 8 drafts) leave most consumer warps without rows;
+    long ones (up to 360 rows per KV head) take two or three row tiles, the last partly empty."""
+    a = make_paged(page_size=1, q_lens=q_lens)
+    clean_ref = ref(a)
+    pa, bad = poison(a)
+    with testing.kernel_path(testing.KernelPath(config=config)):
+        assert testing.plan_info(pa, num_splits=splits)["name"].endswith(config)
         out = run(pa, num_splits=splits)
     with pytest.raises(verify_attn.KernelInputError) as ei:
         verify_attn.check_errors()

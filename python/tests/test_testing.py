@@ -258,7 +258,8 @@ def test_configurations_named_exist():
         pytest.skip("the compiled extension")
     tags = verify_attn.runtime_info()["config_tags"]
     for tag in (testing.PORTABLE_MLA, testing.SPLIT_MLA, testing.CLUSTER_MLA, testing.CP_ASYNC_MLA, testing.TMA_MLA,
-                testing.TMA_ROWS_MLA):
+                testing.TMA_ROWS_MLA, *testing.ROLES_GQA.values(), *testing.ROLES_R32_GQA.values(),
+                *testing.ONE_TILE_GQA.values()):
         assert tag in tags, (tag, tags)
 
 

@@ -13,7 +13,10 @@ Run by tools/gpu_run.sh under memcheck, racecheck and initcheck:
     compute-sanitizer --tool memcheck --error-exitcode 3 python3 tools/checks/sanitize_cases.py
 
 --config TAG runs every call that it serves on that configuration (racecheck
-runs the MLA cases on the portable kernel: verify_attn.Tuning(config=...));
+runs the MLA cases on the portable kernel: verify_attn.Tuning(config=...);
+--config=gqa_d128_roles_m256n64, the warp-role GQA kernel with 256 rows per
+CTA that the plan never picks, runs every head_dim 128 GQA case, the
+bad-index ones included);
 --o_tma=off stores the unsplit output from registers (initcheck does not see
 the copy engine's stores).
 """
@@ -182,6 +185,9 @@ def main(argv=None):
         # warp-role GQA kernel, its second row tile partly idle
         dict(mla=False, paged=True, dtype=torch.bfloat16, batch=2, q_len=24, prefix=300, heads=16, hkv=2, d=128, page_size=1, causal=False, splits=2),
         dict(mla=False, paged=False, dtype=torch.float16, batch=2, q_len=20, prefix=150, heads=12, hkv=2, d=64, page_size=1, causal=False, splits=0),
+        # above 256 rows per KV head (group 8 x q_len 40 / 20: 320 / 160 rows): several row
+        # tiles of either warp-role GQA kernel, the last partly empty
+        dict(mla=False, paged=False, dtype=torch.bfloat16, batch=2, q_len=40, prefix=200, heads=16, hkv=2, d=128, page_size=1, causal=True, splits=0),
     ]
     worst = 0.0
     failed = 0
