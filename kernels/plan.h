@@ -355,8 +355,8 @@ inline bool folded_rows_map_ok(const void* base, int width, int64_t total_q, int
 }
 
 // Every configuration below is planned by some (arch, layout, shape) rule of
-// make_plan (kernels/plan.cc; kernels/tests/plan_test.cc walks them), except
-// those marked "forced only": those run only when options.config names them.
+// make_plan (kernels/plan.cc; kernels/tests/plan_test.cc walks them); any of
+// them runs when options.config names it and it serves the call.
 enum ConfigId : int {
   kCfgMlaM32N32S1 = 0,    // portable MLA: sm_120 (fits its 101,376 bytes per block)
   kCfgGqa64M64N64S2,      // GQA / MHA head_dim 64, any arch
@@ -370,8 +370,8 @@ enum ConfigId : int {
   kCfgGqa64Roles,         // GQA / MHA head_dim 64 by warp roles: arch-specific images
   kCfgGqa128Roles,        // head_dim 128 by warp roles: arch-specific images
   kCfgMlaClusterM64N32,   // portable MLA by warp roles over a 2-CTA cluster: arch-specific images
-  kCfgGqa64RolesM256,     // head_dim 64 by warp roles, 32 rows per consumer warp: forced only
-  kCfgGqa128RolesM256,    // head_dim 128 by warp roles, 32 rows per consumer warp: forced only
+  kCfgGqa64RolesM256,     // head_dim 64 by warp roles, 32 rows per consumer warp, > 128 rows
+  kCfgGqa128RolesM256,    // head_dim 128 by warp roles, 32 rows per consumer warp, > 128 rows
   kNumConfigs
 };
 
