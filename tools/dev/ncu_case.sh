@@ -23,12 +23,12 @@ args=("$@")
 ((${#args[@]})) || args=(--kind=mla --batch=1 --heads=16 --q_len=64 --prefix=32768 --page_size=1)
 ncu --query-metrics 2>/dev/null | grep -iE "pipe_tensor|tensor_op|gmma" > "$LOG/ncu_tensor_metrics.txt" || true
 cd /tmp
-ncu --clock-control none -k regex:attention_kernel\|gqa_roles_kernel\|mla_split_kernel\|mla_cluster_kernel\|mla_wgmma\|mla_seesaw\|flash_fwd_splitkv_mla -c 1 \
+ncu --clock-control none -k regex:attention_kernel\|gqa_roles\|mla_split_kernel\|mla_cluster_kernel\|mla_wgmma\|mla_seesaw\|flash_fwd_splitkv_mla -c 1 \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
     --metrics "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_type_hmma_hgmma_qgmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor_op_gmma.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__throughput.avg.pct_of_peak_sustained_elapsed" \
     "$PY" "$ROOT/tools/dev/profile_case.py" "${args[@]}" 2>&1 | tee "$LOG/ncu_case.log"
 if [[ "${NCU_SOURCE:-0}" == 1 ]]; then
-  ncu --clock-control none -k regex:attention_kernel\|gqa_roles_kernel\|mla_split_kernel\|mla_cluster_kernel\|mla_wgmma\|mla_seesaw\|flash_fwd_splitkv_mla -c 1 \
+  ncu --clock-control none -k regex:attention_kernel\|gqa_roles\|mla_split_kernel\|mla_cluster_kernel\|mla_wgmma\|mla_seesaw\|flash_fwd_splitkv_mla -c 1 \
       --section SourceCounters --section WarpStateStats -f -o /tmp/ncu_source \
       "$PY" "$ROOT/tools/dev/profile_case.py" "${args[@]}" > "$LOG/ncu_source_profile.log" 2>&1
   ncu -i /tmp/ncu_source.ncu-rep --page source --csv --print-source sass | gzip > "$LOG/ncu_source.csv.gz"
