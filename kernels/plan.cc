@@ -319,18 +319,19 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
     // most of a 128-row CTA's consumers would idle and one CTA per SM leaves
     // the SM waiting through each short CTA's prologue (BENCHMARKS.md table 4,
     // B64 T4 L1k).
-    // Above 128 rows per KV head the 32-row consumer warps (256 rows per
+    // From 256 rows per KV head the 32-row consumer warps (256 rows per
     // CTA): each K / V fragment feeds two m16 tiles and Q is re-read from
     // shared memory (faster on the compute-bound rows, BENCHMARKS.md table
-    // 4); at 128 rows or fewer half of its consumers would idle and the
-    // 16-row kernel's two CTAs fill more SMs.
+    // 4). Below 256 rows a CTA of it would hold fewer rows than two 16-row
+    // kernel CTAs on two SMs, which the short real-input calls (192-207
+    // rows) run faster (BENCHMARKS.md table 5).
     const bool roles = rows_max > 64;
-    if (rows_max > 128 && image_ok(kCfgGqa64RolesM256, dev)) cands[n++] = kCfgGqa64RolesM256;
+    if (rows_max >= 256 && image_ok(kCfgGqa64RolesM256, dev)) cands[n++] = kCfgGqa64RolesM256;
     if (roles && image_ok(kCfgGqa64Roles, dev)) cands[n++] = kCfgGqa64Roles;
     cands[n++] = kCfgGqa64M64N64S2;
   } else if (p.head_dim_qk == 128) {
     const bool roles = rows_max > 64;  // as for head_dim 64
-    if (rows_max > 128 && image_ok(kCfgGqa128RolesM256, dev)) cands[n++] = kCfgGqa128RolesM256;
+    if (rows_max >= 256 && image_ok(kCfgGqa128RolesM256, dev)) cands[n++] = kCfgGqa128RolesM256;
     if (roles && image_ok(kCfgGqa128Roles, dev)) cands[n++] = kCfgGqa128Roles;
     cands[n++] = kCfgGqa128M64N64S2;
   } else {

@@ -370,8 +370,8 @@ enum ConfigId : int {
   kCfgGqa64Roles,         // GQA / MHA head_dim 64 by warp roles: arch-specific images
   kCfgGqa128Roles,        // head_dim 128 by warp roles: arch-specific images
   kCfgMlaClusterM64N32,   // portable MLA by warp roles over a 2-CTA cluster: arch-specific images
-  kCfgGqa64RolesM256,     // head_dim 64 by warp roles, 32 rows per consumer warp, > 128 rows
-  kCfgGqa128RolesM256,    // head_dim 128 by warp roles, 32 rows per consumer warp, > 128 rows
+  kCfgGqa64RolesM256,     // head_dim 64 by warp roles, 32 rows per consumer warp, >= 256 rows
+  kCfgGqa128RolesM256,    // head_dim 128 by warp roles, 32 rows per consumer warp, >= 256 rows
   kNumConfigs
 };
 

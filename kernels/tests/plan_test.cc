@@ -327,7 +327,7 @@ int main() {
       // build has sm_120a (kernels/plan.cc); the one-CTA kernel, planned up to
       // 32 rows, is checked below.
       if (id == va::kCfgMlaSplitM32N32) continue;
-      // Planned above 128 rows per KV head (the walk has 128): checked below.
+      // Planned from 256 rows per KV head (the walk has 128): checked below.
       if (id == va::kCfgGqa64RolesM256 || id == va::kCfgGqa128RolesM256) {
         CHECK(planned.count(id) == 0, "configuration %s planned at 128 rows per KV head", d.tag);
         continue;
@@ -395,9 +395,9 @@ int main() {
     }
   }
   // The warp-role GQA kernels with 32 rows per consumer warp (256 rows per
-  // CTA): within sm_120's 101,376 bytes, the plan's choice above 128 rows per
+  // CTA): within sm_120's 101,376 bytes, the plan's choice from 256 rows per
   // KV head where the build has the device's arch-specific image (the 16-row
-  // kernel at 128), served when forced, and only for their head_dim.
+  // kernel below), served when forced, and only for their head_dim.
   {
     const bool sm120a = std::string(va_compiled_archs()).find("sm_120a") != std::string::npos;
     const bool sm90a = std::string(va_compiled_archs()).find("sm_90a") != std::string::npos;
@@ -419,13 +419,15 @@ int main() {
       p.dtype = VA_DTYPE_BF16;
       const std::string forced = std::string("mma_sync_bf16_") + r.tag;
       const std::string m128 = std::string("mma_sync_bf16_gqa_d") + std::to_string(r.d) + "_roles_m128n64";
-      va_params p128 = shape(false, r.d, 32, 4, 2, 16, 8192);  // 128 rows per KV head
-      p128.dtype = VA_DTYPE_BF16;
+      va_params p248 = shape(false, r.d, 32, 4, 2, 31, 8192);  // 248 rows per KV head
+      va_params p256 = shape(false, r.d, 32, 4, 2, 32, 8192);  // 256
+      p248.dtype = p256.dtype = VA_DTYPE_BF16;
       for (const va::DeviceInfo& dev : {sm90, sm120}) {
         const bool image = dev.sm_arch == 90 ? sm90a : sm120a;
         if (!image) continue;
         CHECK(name(p, dev) == forced, "512 rows on sm_%d: %s", dev.sm_arch, name(p, dev).c_str());
-        CHECK(name(p128, dev) == m128, "128 rows on sm_%d: %s", dev.sm_arch, name(p128, dev).c_str());
+        CHECK(name(p256, dev) == forced, "256 rows on sm_%d: %s", dev.sm_arch, name(p256, dev).c_str());
+        CHECK(name(p248, dev) == m128, "248 rows on sm_%d: %s", dev.sm_arch, name(p248, dev).c_str());
       }
       set_config(r.tag);
       if (sm120a) {

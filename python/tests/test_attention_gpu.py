@@ -299,10 +299,11 @@ def test_kernel_matches_reference(case, path, kernel_path):
             "gqa_roles_r32": testing.ROLES_R32_GQA.get(d)}.get(path)
     if want is not None or (path == "auto" and d in testing.ROLES_GQA):
         prob = build_problem(case, 0, "cuda")
-        if want is None:  # the plan's rule (kernels/plan.cc): warp roles above 64 rows per KV head
-            m = MODELS[case["model"]]
+        if want is None:  # the plan's rule (kernels/plan.cc): warp roles above 64 rows per KV head,
+            m = MODELS[case["model"]]  # 32-row consumer warps from 256
             rows = (prob.max_q_len or max(prob.q_lens)) * (m.heads // m.kv_heads)
-            want = (testing.ROLES_GQA if rows > 64 else testing.ONE_TILE_GQA)[d]
+            want = (testing.ROLES_R32_GQA if rows >= 256 else testing.ROLES_GQA if rows > 64
+                    else testing.ONE_TILE_GQA)[d]
         info = testing.plan_info(prob)
         assert info["name"].endswith(want), info
     seed = new_seed()
