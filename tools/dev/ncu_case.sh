@@ -13,7 +13,8 @@
 # sm__pipe_tensor_op_gmma_cycles_active is "n/a" there).
 # NCU_SOURCE=1: a second, separate profile of the same launch with the
 # per-instruction warp-stall samples, exported as $OUT/ncu_source.csv.gz for
-# `bazel run //tools/dev:ncu_stalls -- --csv=...` here (about a minute more).
+# `bazel run //tools/dev:ncu_stalls -- --csv=...` here (about a minute more);
+# NCU_SOURCE_ARGS adds ncu flags to it (e.g. --sampling-interval 0 for short kernels).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 LOG="${OUT:-/tmp}"
@@ -29,7 +30,7 @@ ncu --clock-control none -k regex:attention_kernel\|gqa_roles\|mla_split_kernel\
     "$PY" "$ROOT/tools/dev/profile_case.py" "${args[@]}" 2>&1 | tee "$LOG/ncu_case.log"
 if [[ "${NCU_SOURCE:-0}" == 1 ]]; then
   ncu --clock-control none -k regex:attention_kernel\|gqa_roles\|mla_split_kernel\|mla_cluster_kernel\|mla_wgmma\|mla_seesaw\|flash_fwd_splitkv_mla -c 1 \
-      --section SourceCounters --section WarpStateStats -f -o /tmp/ncu_source \
+      --section SourceCounters --section WarpStateStats ${NCU_SOURCE_ARGS:-} -f -o /tmp/ncu_source \
       "$PY" "$ROOT/tools/dev/profile_case.py" "${args[@]}" > "$LOG/ncu_source_profile.log" 2>&1
   ncu -i /tmp/ncu_source.ncu-rep --page source --csv --print-source sass | gzip > "$LOG/ncu_source.csv.gz"
 fi
