@@ -14,7 +14,7 @@
 # NCU_SOURCE=1: a second, separate profile of the same launch with the
 # per-instruction warp-stall samples, exported as $OUT/ncu_source.csv.gz for
 # `bazel run //tools/dev:ncu_stalls -- --csv=...` here (about a minute more);
-# NCU_SOURCE_ARGS adds ncu flags to it (e.g. --sampling-interval 0 for short kernels).
+# NCU_SOURCE_ARGS adds ncu flags to it (e.g. --warp-sampling-interval 0 for short kernels).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 LOG="${OUT:-/tmp}"
