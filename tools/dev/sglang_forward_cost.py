@@ -55,8 +55,8 @@ flags.DEFINE_bool("save_kv_cache", False, "forward_extend's save_kv_cache: also 
                   "(SGLang's cache write, the same in every backend) in each layer.")
 flags.DEFINE_integer("rounds", 9, "Timed forwards (the median is reported).")
 flags.DEFINE_string("sglang_site", None, "Installed SGLang site (default $VERIFY_ATTN_SGLANG_SITE).")
-flags.DEFINE_integer("profile_host", 0, "Also print the N Python functions with the most host time in "
-                     "one forward (cProfile, by total time).")
+flags.DEFINE_integer("profile_host", 0, "Also print the N Python functions with the most host time in one "
+                     "forward (cProfile: by own time, then by cumulative time).")
 flags.DEFINE_string("json_out", None, "Write the rows as JSON here.")
 FLAGS = flags.FLAGS
 
@@ -90,9 +90,10 @@ def _profile_host(forward, name) -> None:
     forward()
     prof.disable()
     torch.cuda.synchronize()
-    buf = io.StringIO()
-    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(FLAGS.profile_host)
-    print(f"--- host profile of one forward: {name}\n{buf.getvalue()}")
+    for key in ("tottime", "cumulative"):
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(FLAGS.profile_host)
+        print(f"--- host profile of one forward by {key}: {name}\n{buf.getvalue()}")
 
 
 def measure(shape, device, m):
