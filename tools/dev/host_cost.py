@@ -8,6 +8,9 @@ matters as much as its kernels. This tool times, in one process, median of
             dispatch, parameters, va_plan_create + va_plan_run);
   run       `TreeAttentionPlan.run` of a plan made once (what a model does per
             layer: va_plan_run only);
+  newplan   a new `TreeAttentionPlan` of the batch and its first run (what the
+            first layer of a verify step pays: the batch checks, the layout's
+            validation, va_plan_create, the workspace, the launch);
   flashmla  FlashMLA's `flash_mla_with_kvcache` on the same shape (page block
             64; its scheduler metadata made once), with --flashmla_dir.
 
@@ -73,7 +76,7 @@ class _Stream:
 
 
 def make_calls(device):
-    """The timed calls on fresh random inputs (a random tree per request): (oneshot, run)."""
+    """The timed calls on fresh random inputs (a random tree per request): (oneshot, run, newplan)."""
     import torch
 
     import verify_attn
@@ -97,17 +100,23 @@ def make_calls(device):
         return verify_attn.tree_attention_paged(q, k, None, qo, kvp, kvi, kvl, tree_mask=tree,
                                                 max_q_len=T, max_kv_len=kv, out=out)
 
+    def new_plan():
+        return verify_attn.TreeAttentionPlan(
+            qo, kvp, kvi, kvl, num_qo_heads=H, head_dim_qk=576, head_dim_vo=512, tree_mask=tree,
+            max_q_len=T, max_kv_len=kv)
+
     holder = {}
 
     def run():
         plan = holder.get("plan")
         if plan is None:  # made once, outside the timing (time_call warms up first)
-            plan = holder["plan"] = verify_attn.TreeAttentionPlan(
-                qo, kvp, kvi, kvl, num_qo_heads=H, head_dim_qk=576, head_dim_vo=512, tree_mask=tree,
-                max_q_len=T, max_kv_len=kv)
+            plan = holder["plan"] = new_plan()
         return plan.run(q, k, out=out)
 
-    return oneshot, run
+    def newplan():
+        return new_plan().run(q, k, out=out)
+
+    return oneshot, run, newplan
 
 
 def make_flashmla_call():
@@ -191,7 +200,7 @@ def main(argv):
     if FLAGS.mode == "real" and not has_gpu:
         raise app.UsageError("--mode=real needs a CUDA device (use --mode=fake)")
     device = "cuda" if has_gpu else "cpu"
-    calls = dict(zip(("oneshot", "run"), make_calls(device)))
+    calls = dict(zip(("oneshot", "run", "newplan"), make_calls(device)))
     sync = torch.cuda.synchronize if has_gpu else (lambda: None)
     print(f"eager host time per call, MLA B{FLAGS.batch} T{FLAGS.q_len} H{FLAGS.heads} prefix {FLAGS.prefix}, "
           f"tensors on {device}, median of {FLAGS.rounds} x {FLAGS.calls} calls")
@@ -205,7 +214,7 @@ def main(argv):
             if fcall is not None:
                 print(f"  real flashmla: {time_call(fcall, sync):7.1f} us (flash_mla_with_kvcache, page block 64)")
     if FLAGS.mode in ("fake", "both"):
-        calls = dict(zip(("oneshot", "run"), make_calls(device)))  # the plan made under the stubs
+        calls = dict(zip(("oneshot", "run", "newplan"), make_calls(device)))  # the plan made under the stubs
         undo = stubbed()
         try:
             for name, call in calls.items():
