@@ -141,8 +141,12 @@ def _is_compiling() -> bool:
 
 
 def _is_capturing() -> bool:
+    # torch.cuda.is_available() reads the environment on every call (a few us
+    # of a plan's run); once CUDA is initialized the capture query alone answers.
     try:
-        return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+        if not torch.cuda.is_initialized() and not torch.cuda.is_available():
+            return False
+        return torch.cuda.is_current_stream_capturing()
     except Exception:  # pragma: no cover
         return False
 
