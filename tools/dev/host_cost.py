@@ -36,6 +36,8 @@ flags.DEFINE_integer("heads", 16, "Query heads (MLA: one KV head, 576/512).")
 flags.DEFINE_integer("prefix", 1000, "Committed prefix rows per request.")
 flags.DEFINE_integer("calls", 200, "Calls per round.")
 flags.DEFINE_integer("rounds", 5, "Rounds (the median is reported).")
+flags.DEFINE_bool("phases", False, "Also time newplan's phases (real only): the TreeAttentionPlan, its layout's "
+                  "plan (info), the first run, a second run; median of --calls.")
 flags.DEFINE_string("flashmla_dir", None, "Staged FlashMLA wheel (tools/bench/fetch_baselines.sh): also time "
                     "flash_mla_with_kvcache on the same shape.")
 FLAGS = flags.FLAGS
@@ -116,7 +118,25 @@ def make_calls(device):
     def newplan():
         return new_plan().run(q, k, out=out)
 
-    return oneshot, run, newplan
+    def phases(sync):
+        """Median host time (us) of each phase of a new plan's first runs."""
+        t = {"TreeAttentionPlan()": [], "info() (the layout's plan)": [], "first run": [], "second run": []}
+        for _ in range(FLAGS.calls):
+            sync()
+            t0 = time.perf_counter()
+            plan = new_plan()
+            t1 = time.perf_counter()
+            plan.info(q, k, out=out)
+            t2 = time.perf_counter()
+            plan.run(q, k, out=out)
+            t3 = time.perf_counter()
+            plan.run(q, k, out=out)
+            t4 = time.perf_counter()
+            for key, a, b in zip(t, (t0, t1, t2, t3), (t1, t2, t3, t4)):
+                t[key].append((b - a) * 1e6)
+        return {key: statistics.median(v) for key, v in t.items()}
+
+    return oneshot, run, newplan, phases
 
 
 def make_flashmla_call():
@@ -200,7 +220,8 @@ def main(argv):
     if FLAGS.mode == "real" and not has_gpu:
         raise app.UsageError("--mode=real needs a CUDA device (use --mode=fake)")
     device = "cuda" if has_gpu else "cpu"
-    calls = dict(zip(("oneshot", "run", "newplan"), make_calls(device)))
+    *made, phases = make_calls(device)
+    calls = dict(zip(("oneshot", "run", "newplan"), made))
     sync = torch.cuda.synchronize if has_gpu else (lambda: None)
     print(f"eager host time per call, MLA B{FLAGS.batch} T{FLAGS.q_len} H{FLAGS.heads} prefix {FLAGS.prefix}, "
           f"tensors on {device}, median of {FLAGS.rounds} x {FLAGS.calls} calls")
@@ -209,12 +230,15 @@ def main(argv):
         for name, call in calls.items():
             real[name] = time_call(call, sync)
             print(f"  real {name:8s}: {real[name]:7.1f} us")
+        if FLAGS.phases:
+            for key, us in phases(sync).items():
+                print(f"  real newplan phase {key:28s}: {us:7.1f} us")
         if FLAGS.flashmla_dir:
             fcall = make_flashmla_call()
             if fcall is not None:
                 print(f"  real flashmla: {time_call(fcall, sync):7.1f} us (flash_mla_with_kvcache, page block 64)")
     if FLAGS.mode in ("fake", "both"):
-        calls = dict(zip(("oneshot", "run", "newplan"), make_calls(device)))  # the plan made under the stubs
+        calls = dict(zip(("oneshot", "run", "newplan"), make_calls(device)[:3]))  # the plan made under the stubs
         undo = stubbed()
         try:
             for name, call in calls.items():
