@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <unordered_map>
 
 #include "kernels/verify_attn.h"
 
@@ -128,6 +129,49 @@ class PlanHandle {
 
 }  // namespace
 
+// Params.set(**fields): every field of one call in one crossing of the
+// binding (an attribute set costs a pybind dispatch each, about 3 us on the
+// GPU machine's host: 45 of them were most of a new plan's host time).
+using ParamSetter = void (*)(va_params&, py::handle);
+#define VA_SET(name) \
+  {#name, [](va_params& p, py::handle v) { p.name = v.cast<decltype(va_params::name)>(); }}
+#define VA_SET_PTR(name, type) \
+  {#name, [](va_params& p, py::handle v) { p.name = reinterpret_cast<type>(v.cast<uintptr_t>()); }}
+
+const std::unordered_map<std::string, ParamSetter>& param_setters() {
+  static const std::unordered_map<std::string, ParamSetter> setters = {
+      VA_SET(dtype), VA_SET(kv_layout), VA_SET(mask_mode), VA_SET(batch_size), VA_SET(total_q),
+      VA_SET(max_q_len), VA_SET(max_kv_len), VA_SET(num_qo_heads), VA_SET(num_kv_heads),
+      VA_SET(head_dim_qk), VA_SET(head_dim_vo), VA_SET(v_is_k_prefix), VA_SET(sm_scale),
+      VA_SET_PTR(q, const void*), VA_SET(q_stride_token), VA_SET(q_stride_head),
+      VA_SET_PTR(k, const void*), VA_SET(k_stride_page), VA_SET(k_stride_token), VA_SET(k_stride_head),
+      VA_SET_PTR(v, const void*), VA_SET(v_stride_page), VA_SET(v_stride_token), VA_SET(v_stride_head),
+      VA_SET_PTR(out, void*), VA_SET(out_stride_token), VA_SET(out_stride_head),
+      VA_SET_PTR(lse, float*), VA_SET(lse_stride_token), VA_SET(lse_stride_head),
+      VA_SET_PTR(qo_indptr, const int32_t*), VA_SET_PTR(kv_indptr, const int32_t*),
+      VA_SET_PTR(kv_indices, const int32_t*), VA_SET_PTR(kv_len, const int32_t*),
+      VA_SET(page_size), VA_SET(num_pages), VA_SET(num_kv_rows), VA_SET(kv_slot_runs),
+      VA_SET_PTR(tree_mask, const uint32_t*), VA_SET(mask_words), VA_SET(num_splits),
+      VA_SET_PTR(workspace, void*), VA_SET(workspace_bytes), VA_SET_PTR(error_word, int32_t*),
+      VA_SET_PTR(stream, void*)};
+  return setters;
+}
+
+void set_params(va_params& p, const py::kwargs& fields) {
+  const auto& setters = param_setters();
+  for (const auto& item : fields) {
+    const std::string name = py::str(item.first);
+    const auto it = setters.find(name);
+    if (it == setters.end()) throw py::attribute_error("Params has no settable field '" + name + "'");
+    try {
+      it->second(p, item.second);
+    } catch (const py::cast_error&) {
+      throw py::type_error("Params." + name + ": cannot take a " +
+                           std::string(py::str(py::type::of(item.second).attr("__name__"))));
+    }
+  }
+}
+
 #define VA_FIELD(name) .def_readwrite(#name, &va_params::name)
 #define VA_PTR_FIELD(name, type)                                              \
   .def_property(                                                             \
@@ -169,7 +213,10 @@ PYBIND11_MODULE(_C, m) {
       VA_FIELD(page_size) VA_FIELD(num_pages) VA_FIELD(num_kv_rows) VA_FIELD(kv_slot_runs)
       VA_PTR_FIELD(tree_mask, const uint32_t*) VA_FIELD(mask_words)
       VA_FIELD(num_splits) VA_PTR_FIELD(workspace, void*) VA_FIELD(workspace_bytes)
-      VA_PTR_FIELD(error_word, int32_t*) VA_PTR_FIELD(stream, void*);
+      VA_PTR_FIELD(error_word, int32_t*) VA_PTR_FIELD(stream, void*)
+      .def("set", &set_params,
+           "Set the named fields in one call (pointers as ints); AttributeError for a name that is "
+           "not a settable field.");
 
   m.def(
       "attention",

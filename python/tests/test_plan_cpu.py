@@ -18,7 +18,8 @@ class _FakeC:
     DTYPE_FP16, DTYPE_BF16, MASK_TREE, MASK_CAUSAL, KV_FLAT, KV_PAGED = 0, 1, 0, 1, 0, 1
 
     class Params:
-        pass
+        def set(self, **fields):  # the binding's Params.set
+            self.__dict__.update(fields)
 
     def __init__(self, log):
         self.log = log

@@ -63,6 +63,17 @@ def test_smoke_negative_length_is_value_error():
         C().scaled_copy(256, 512, -1, 2.0, C().DTYPE_FP16, 0)
 
 
+def test_params_set_in_one_call():
+    p = C().Params()
+    p.set(q=0xDEADBEE0, sm_scale=0.25, total_q=7, kv_len=0x1000, stream=0)
+    assert (p.q, p.sm_scale, p.total_q, p.kv_len, p.stream) == (0xDEADBEE0, 0.25, 7, 0x1000, 0)
+    assert p.abi_version == C().ABI_VERSION  # untouched fields keep their defaults
+    with pytest.raises(AttributeError, match="no settable field 'not_a_field'"):
+        p.set(not_a_field=1)
+    with pytest.raises(TypeError):
+        p.set(total_q="seven")
+
+
 def test_params_roundtrip_and_defaults():
     p = C().Params()
     assert p.abi_version == C().ABI_VERSION

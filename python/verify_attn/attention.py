@@ -543,75 +543,83 @@ def _st(t: torch.Tensor, d: int) -> int:
 
 def _build_params(
     _C, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, kv_layout, page_size,
-    causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out, lse,
+    causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out, lse, overrides=None,
 ):
-    p = _C.Params()
-    p.dtype = _C.DTYPE_BF16 if q.dtype == torch.bfloat16 else _C.DTYPE_FP16
+    """The call's ``va_params`` (``_C.Params``), set in one ``Params.set`` call
+    (one binding crossing instead of one per field); ``overrides``: a dict of
+    fields to set instead of the computed ones."""
+    f = {}
+    f["dtype"] = _C.DTYPE_BF16 if q.dtype == torch.bfloat16 else _C.DTYPE_FP16
     paged = kv_layout != _KV_FLAT
-    p.kv_layout = _C.KV_PAGED if paged else _C.KV_FLAT
-    p.kv_slot_runs = 64 if kv_layout == _KV_PAGED_RUNS else 0
-    p.mask_mode = _C.MASK_CAUSAL if causal else _C.MASK_TREE
-    p.batch_size = qo_indptr.shape[0] - 1
-    p.total_q = q.shape[0]
-    p.max_q_len = int(max_q_len)
-    p.max_kv_len = int(max_kv_len)
-    p.num_qo_heads = q.shape[1]
-    p.head_dim_qk = q.shape[2]
-    p.head_dim_vo = int(head_dim_vo)
-    p.sm_scale = float(sm_scale)
+    f["kv_layout"] = _C.KV_PAGED if paged else _C.KV_FLAT
+    f["kv_slot_runs"] = 64 if kv_layout == _KV_PAGED_RUNS else 0
+    f["mask_mode"] = _C.MASK_CAUSAL if causal else _C.MASK_TREE
+    f["batch_size"] = qo_indptr.shape[0] - 1
+    f["total_q"] = q.shape[0]
+    f["max_q_len"] = int(max_q_len)
+    f["max_kv_len"] = int(max_kv_len)
+    f["num_qo_heads"] = q.shape[1]
+    f["head_dim_qk"] = q.shape[2]
+    f["head_dim_vo"] = int(head_dim_vo)
+    f["sm_scale"] = float(sm_scale)
 
-    p.q = q.data_ptr()
-    p.q_stride_token = _st(q, 0)
-    p.q_stride_head = _st(q, 1)
+    f["q"] = q.data_ptr()
+    f["q_stride_token"] = _st(q, 0)
+    f["q_stride_head"] = _st(q, 1)
 
     mla = v is None or _v_is_k_prefix_view(k, v)
     vv = k if mla else v
-    p.v_is_k_prefix = 1 if mla else 0
+    f["v_is_k_prefix"] = 1 if mla else 0
     if paged:
         if k.dim() == 4:
-            p.num_kv_heads = k.shape[2]
-            p.page_size = k.shape[1]
-            p.num_pages = k.shape[0]
-            p.k_stride_page, p.k_stride_token, p.k_stride_head = _st(k, 0), _st(k, 1), _st(k, 2)
-            p.v_stride_page, p.v_stride_token, p.v_stride_head = _st(vv, 0), _st(vv, 1), _st(vv, 2)
+            f["num_kv_heads"] = k.shape[2]
+            f["page_size"] = k.shape[1]
+            f["num_pages"] = k.shape[0]
+            f["k_stride_page"], f["k_stride_token"], f["k_stride_head"] = _st(k, 0), _st(k, 1), _st(k, 2)
+            f["v_stride_page"], f["v_stride_token"], f["v_stride_head"] = _st(vv, 0), _st(vv, 1), _st(vv, 2)
         else:  # [slots, Hkv, D] viewed as pages of page_size consecutive slots
             ps = int(page_size)
-            p.num_kv_heads = k.shape[1]
-            p.page_size = ps
-            p.num_pages = k.shape[0] // ps
-            p.k_stride_page, p.k_stride_token, p.k_stride_head = ps * _st(k, 0), _st(k, 0), _st(k, 1)
-            p.v_stride_page, p.v_stride_token, p.v_stride_head = ps * _st(vv, 0), _st(vv, 0), _st(vv, 1)
-        p.kv_indices = kv_indices.data_ptr()
-        p.kv_len = kv_len.data_ptr()
+            f["num_kv_heads"] = k.shape[1]
+            f["page_size"] = ps
+            f["num_pages"] = k.shape[0] // ps
+            f["k_stride_page"], f["k_stride_token"], f["k_stride_head"] = ps * _st(k, 0), _st(k, 0), _st(k, 1)
+            f["v_stride_page"], f["v_stride_token"], f["v_stride_head"] = ps * _st(vv, 0), _st(vv, 0), _st(vv, 1)
+        f["kv_indices"] = kv_indices.data_ptr()
+        f["kv_len"] = kv_len.data_ptr()
     else:
-        p.num_kv_heads = k.shape[1]
-        p.num_kv_rows = k.shape[0]
-        p.k_stride_page, p.k_stride_token, p.k_stride_head = 0, _st(k, 0), _st(k, 1)
-        p.v_stride_page, p.v_stride_token, p.v_stride_head = 0, _st(vv, 0), _st(vv, 1)
-    p.k = k.data_ptr()
-    p.v = vv.data_ptr()
+        f["num_kv_heads"] = k.shape[1]
+        f["num_kv_rows"] = k.shape[0]
+        f["k_stride_page"], f["k_stride_token"], f["k_stride_head"] = 0, _st(k, 0), _st(k, 1)
+        f["v_stride_page"], f["v_stride_token"], f["v_stride_head"] = 0, _st(vv, 0), _st(vv, 1)
+    f["k"] = k.data_ptr()
+    f["v"] = vv.data_ptr()
 
-    p.out = out.data_ptr()
-    p.out_stride_token = _st(out, 0)
-    p.out_stride_head = _st(out, 1)
+    f["out"] = out.data_ptr()
+    f["out_stride_token"] = _st(out, 0)
+    f["out_stride_head"] = _st(out, 1)
     if lse is not None and lse.numel() > 0:
-        p.lse = lse.data_ptr()
-        p.lse_stride_token = _st(lse, 0)
-        p.lse_stride_head = _st(lse, 1)
+        f["lse"] = lse.data_ptr()
+        f["lse_stride_token"] = _st(lse, 0)
+        f["lse_stride_head"] = _st(lse, 1)
     else:
-        p.lse = 0
+        f["lse"] = 0
 
-    p.qo_indptr = qo_indptr.data_ptr()
-    p.kv_indptr = kv_indptr.data_ptr()
+    f["qo_indptr"] = qo_indptr.data_ptr()
+    f["kv_indptr"] = kv_indptr.data_ptr()
     if tree_mask is not None and not causal:
-        p.tree_mask = tree_mask.data_ptr()
-        p.mask_words = tree_mask.shape[1]
+        f["tree_mask"] = tree_mask.data_ptr()
+        f["mask_words"] = tree_mask.shape[1]
     else:
-        p.tree_mask = 0
-        p.mask_words = 0
-    p.num_splits = int(num_splits)
-    p.error_word = 0  # set by _launch (the device's error buffer, see errors.py)
-    p.stream = torch.cuda.current_stream(q.device).cuda_stream
+        f["tree_mask"] = 0
+        f["mask_words"] = 0
+    f["num_splits"] = int(num_splits)
+    f["error_word"] = 0  # set by _launch (the device's error buffer, see errors.py)
+    if overrides is None or "stream" not in overrides:
+        f["stream"] = torch.cuda.current_stream(q.device).cuda_stream
+    if overrides:
+        f.update(overrides)
+    p = _C.Params()
+    p.set(**f)
     return p
 
 

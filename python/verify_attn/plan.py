@@ -268,18 +268,17 @@ class TreeAttentionPlan:
         _attn._check_strides(layout, *tensors)
         _attn._check_devices(layout, *tensors)
         with torch.cuda.device(self._device):
+            # The plan binds the batch tensors; q, k, v, out come with each run.
+            fixed = dict(q=0, k=0, v=0, out=0, error_word=self._error_word, stream=0)
+            if out is None:  # the run allocates it contiguous
+                fixed.update(out_stride_token=q.shape[1] * d_vo, out_stride_head=d_vo)
+            if lse is None:
+                # A run may still ask for an lse (return_lse): plan its contiguous strides.
+                fixed.update(lse=16, lse_stride_token=q.shape[1], lse_stride_head=1)
             p = _attn._build_params(
                 self._C, q, k, v, self._qo_indptr, self._kv_indptr, self._kv_indices, self._kv_len,
                 self._tree_mask, layout, ps, self._causal, scale, d_vo, mq, mkv, self._num_splits,
-                q if out is None else out, lse)
-            if out is None:  # the run allocates it contiguous
-                p.out_stride_token, p.out_stride_head = q.shape[1] * d_vo, d_vo
-            if lse is None:
-                # A run may still ask for an lse (return_lse): plan its contiguous strides.
-                p.lse = 16
-                p.lse_stride_token, p.lse_stride_head = q.shape[1], 1
-            p.q = p.k = p.v = p.out = 0
-            p.error_word = self._error_word
+                q if out is None else out, lse, overrides=fixed)
             handle = self._C.Plan(p, *self._options)
             self.plans_made += 1
             info = dict(handle.info())
