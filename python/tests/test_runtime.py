@@ -101,3 +101,45 @@ def test_scaled_copy_python_validation():
         testing.scaled_copy([1.0], 2.0)
     # a test helper, not the API: not in the top-level namespace
     assert not hasattr(verify_attn, "scaled_copy") and "scaled_copy" not in verify_attn.__all__
+
+
+@pytest.mark.parametrize("layout", ["paged4d", "paged3d", "flat"])
+@pytest.mark.parametrize("mla", [True, False])
+def test_build_params_sets_every_field_in_one_call(layout, mla):
+    # The real extension's Params from attention._build_params (CPU tensors:
+    # it reads shapes, strides and addresses only): each field as the layout says.
+    import torch
+
+    from verify_attn import attention
+
+    H, Hkv, D = (16, 1, 576) if mla else (8, 2, 64)
+    q = torch.empty(6, H, D, dtype=torch.bfloat16)
+    qo, kvp = torch.tensor([0, 2, 6], dtype=torch.int32), torch.tensor([0, 3, 8], dtype=torch.int32)
+    kvi, kvl = torch.arange(8, dtype=torch.int32), torch.tensor([40, 90], dtype=torch.int32)
+    tree = torch.zeros(6, 1, dtype=torch.int32)
+    if layout == "paged4d":
+        k = torch.empty(9, 16, Hkv, D, dtype=torch.bfloat16)
+    else:
+        k = torch.empty(144, Hkv, D, dtype=torch.bfloat16)
+    v = None if mla else torch.empty_like(k)
+    dvo = 512 if mla else D
+    out = torch.empty(6, H, dvo, dtype=torch.bfloat16)
+    lse = torch.empty(6, H, dtype=torch.float32)
+    kv_layout = attention._KV_FLAT if layout == "flat" else attention._KV_PAGED
+    p = attention._build_params(C(), q, k, v, qo, kvp, kvi, kvl, tree, kv_layout, 16, False, 0.1, dvo, 2, 90, 3,
+                                out, lse, overrides={"stream": 0x40, "error_word": 0x80})
+    assert (p.dtype, p.batch_size, p.total_q, p.max_q_len, p.max_kv_len) == (C().DTYPE_BF16, 2, 6, 2, 90)
+    assert (p.num_qo_heads, p.num_kv_heads, p.head_dim_qk, p.head_dim_vo) == (H, Hkv, D, dvo)
+    assert abs(p.sm_scale - 0.1) < 1e-7 and p.num_splits == 3 and p.v_is_k_prefix == int(mla)
+    assert (p.q, p.q_stride_token, p.q_stride_head) == (q.data_ptr(), H * D, D)
+    assert (p.out, p.out_stride_token, p.out_stride_head) == (out.data_ptr(), H * dvo, dvo)
+    assert (p.lse, p.lse_stride_token, p.lse_stride_head) == (lse.data_ptr(), H, 1)
+    assert (p.qo_indptr, p.kv_indptr, p.tree_mask, p.mask_words) == (qo.data_ptr(), kvp.data_ptr(), tree.data_ptr(), 1)
+    assert (p.stream, p.error_word) == (0x40, 0x80)
+    assert p.k == k.data_ptr() and p.v == (k if mla else v).data_ptr()
+    if layout == "flat":
+        assert (p.kv_layout, p.num_kv_rows, p.k_stride_page, p.k_stride_token) == (C().KV_FLAT, 144, 0, Hkv * D)
+    else:
+        assert (p.kv_layout, p.page_size, p.num_pages) == (C().KV_PAGED, 16, 9)
+        assert (p.k_stride_page, p.k_stride_token, p.k_stride_head) == (16 * Hkv * D, Hkv * D, D)
+        assert (p.kv_indices, p.kv_len) == (kvi.data_ptr(), kvl.data_ptr())
