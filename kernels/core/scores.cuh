@@ -95,6 +95,21 @@ __device__ __forceinline__ void scale_mask_row_max_bits(float (&s)[NT][4], const
   mx[1] = quad_max(mx[1]);
 }
 
+// The scores of a thread's two fragment rows become P = exp2(S - base[h]) in
+// place; each row's part of the tile's sum is added to sum0 / sum1.
+template <int NT>
+__device__ __forceinline__ void exp2_rows(float (&s)[NT][4], const float (&base)[2], float& sum0, float& sum1) {
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    s[j][0] = fast_exp2(s[j][0] - base[0]);
+    s[j][1] = fast_exp2(s[j][1] - base[0]);
+    s[j][2] = fast_exp2(s[j][2] - base[1]);
+    s[j][3] = fast_exp2(s[j][3] - base[1]);
+    sum0 += s[j][0] + s[j][1];
+    sum1 += s[j][2] + s[j][3];
+  }
+}
+
 // The tile's online-softmax step on a warp's score fragments (scaled and
 // masked, mx the rows' tile max over every warp that shares the rows): each
 // row's running max and sum fold the tile in (OnlineSoftmaxRow), the scores
@@ -106,15 +121,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[NT][4], OnlineSoftmaxRow
   float base[2];
   alpha[0] = sm[0].update(mx[0], &base[0]);
   alpha[1] = sm[1].update(mx[1], &base[1]);
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    s[j][0] = fast_exp2(s[j][0] - base[0]);
-    s[j][1] = fast_exp2(s[j][1] - base[0]);
-    s[j][2] = fast_exp2(s[j][2] - base[1]);
-    s[j][3] = fast_exp2(s[j][3] - base[1]);
-    sm[0].l += s[j][0] + s[j][1];
-    sm[1].l += s[j][2] + s[j][3];
-  }
+  exp2_rows(s, base, sm[0].l, sm[1].l);
 }
 
 // softmax_tile for m16 tile mi of a warp of two whose rows' state the quad
@@ -133,15 +140,7 @@ __device__ __forceinline__ void softmax_tile_quad(float (&s)[NT][4], QuadSoftmax
     if (t4 == 2 * mi + h) st.m = m_new;
   }
   rowsum[0] = rowsum[1] = 0.f;
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    s[j][0] = fast_exp2(s[j][0] - base[0]);
-    s[j][1] = fast_exp2(s[j][1] - base[0]);
-    s[j][2] = fast_exp2(s[j][2] - base[1]);
-    s[j][3] = fast_exp2(s[j][3] - base[1]);
-    rowsum[0] += s[j][0] + s[j][1];
-    rowsum[1] += s[j][2] + s[j][3];
-  }
+  exp2_rows(s, base, rowsum[0], rowsum[1]);
 }
 
 // The tile's sums into the quad's state: rowsum[r] is this thread's part of
