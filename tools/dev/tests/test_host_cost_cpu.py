@@ -19,7 +19,7 @@ def test_fake_mode_times_the_python_path_and_restores(capsys, load_tool):
              torch.cuda.current_stream, hasattr(torch._C, "_cuda_getCurrentRawStream"))
     assert after == before, "stubs left installed"
     out = capsys.readouterr().out
-    for name in ("oneshot", "run"):
+    for name in ("oneshot", "run", "newplan"):
         line = [l for l in out.splitlines() if l.strip().startswith(f"fake {name}")]
         assert line, out
         us = float(line[0].split(":")[1].split()[0])
@@ -32,9 +32,10 @@ def test_stub_call_really_runs_validation(load_tool):
     tool.FLAGS(["host_cost", "--mode=fake", "--calls=1", "--rounds=1", "--batch=2", "--prefix=40"])
     undo = tool.stubbed()
     try:
-        oneshot, run = tool.make_calls("cpu")
+        oneshot, run, newplan, _ = tool.make_calls("cpu")
         oneshot()  # passes with the stub extension
         run()
+        newplan()
         import verify_attn
         with pytest.raises(TypeError, match="^sm_scale"):
             verify_attn.tree_attention_paged(
