@@ -747,7 +747,7 @@ def test_tuning_rejects_unknown_values():
         testing.call(p, return_lse=True, tuning=va.Tuning(early_release="yes"))
     with pytest.raises(ValueError, match="tuning.grid_order"):
         testing.call(p, return_lse=True, tuning=va.Tuning(grid_order="columns"))
-    with pytest.raises(ValueError, match="options.config: unknown configuration tag 'mla_nope'"):
+    with pytest.raises(ValueError, match="config: unknown configuration tag 'mla_nope'"):
         testing.call(p, return_lse=True, tuning=va.Tuning(config="mla_nope"))
 
 

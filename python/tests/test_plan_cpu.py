@@ -189,12 +189,49 @@ def test_a_missing_bound_is_named(env, missing):
     (dict(num_qo_heads=0), ValueError, r"^num_qo_heads: must be >= 1"),
     (dict(dtype=torch.float32), TypeError, r"^dtype: torch.float16 or torch.bfloat16"),
     (dict(tuning="fast"), TypeError, r"^tuning: expected a verify_attn.Tuning"),
-    (dict(tuning=verify_attn.Tuning(grid_order="cols")), ValueError, r"^tuning.grid_order"),
-    (dict(tuning=verify_attn.Tuning(max_smem_bytes=-1)), ValueError, r"^tuning.max_smem_bytes"),
+    (dict(num_splits=-1), ValueError, r"^num_splits: must be in \[0, 65535\]"),
+    (dict(num_splits=10**9), ValueError, r"^num_splits: must be in \[0, 65535\]"),
+    (dict(head_dim_vo=0), ValueError, r"^head_dim_vo: must be >= 1"),
+    (dict(tree_mask=[[1]] * 6), TypeError, r"^tree_mask: expected a torch.Tensor, got list"),
+    (dict(max_q_len=100), ValueError, r"^tree_mask: expected \[total_q, W\] with W \* 32 >= max_q_len = 100"),
 ])
 def test_plan_arguments_are_named(env, kw, err, match):
     with pytest.raises(err, match=match):
         _plan(**kw)
+
+
+def test_a_2d_index_tensor_is_named(env):
+    b = _batch()
+    with pytest.raises(ValueError, match=r"^qo_indptr: expected a 1-D tensor, got shape \(3, 1\)"):
+        verify_attn.TreeAttentionPlan(b["qo_indptr"][:, None], b["kv_indptr"], b["kv_indices"], b["kv_len"],
+                                      num_qo_heads=4, num_kv_heads=2, head_dim_qk=64, tree_mask=b["tree_mask"],
+                                      max_q_len=4, max_kv_len=9)
+
+
+@pytest.mark.parametrize("kw,err,match", [
+    (dict(grid_order="cols"), ValueError, r"^tuning.grid_order: one of"),
+    (dict(grid_order=["rows"]), TypeError, r"^tuning.grid_order: expected a str, got list"),
+    (dict(max_smem_bytes=-1), ValueError, r"^tuning.max_smem_bytes"),
+    (dict(early_release="yes"), TypeError, r"^tuning.early_release: expected a bool"),
+    (dict(config="mla_nope"), ValueError, r"^tuning.config: unknown configuration tag 'mla_nope' \(name one of: mla_m32n32_s1"),
+    (dict(config=3), TypeError, r"^tuning.config: expected a str"),
+])
+def test_tuning_is_checked_at_construction(kw, err, match):
+    with pytest.raises(err, match=match):
+        verify_attn.Tuning(**kw)
+
+
+def test_run_arguments_that_are_not_tensors_are_named(env):
+    p = _plan()
+    t = _layer()
+    with pytest.raises(TypeError, match=r"^q: expected a torch.Tensor, got list"):
+        p.run([1, 2], t["k_cache"], t["v_cache"])
+    with pytest.raises(TypeError, match=r"^k_cache: expected a torch.Tensor, got NoneType"):
+        p.run(t["q"], None, t["v_cache"])
+    with pytest.raises(TypeError, match=r"^q: expected a torch.Tensor, got list"):
+        p.info([1], t["k_cache"], t["v_cache"])
+    with pytest.raises(TypeError, match=r"^return_lse: expected a bool, got int 1"):
+        p.run(t["q"], t["k_cache"], t["v_cache"], return_lse=1)
 
 
 def test_index_dtypes_and_the_paged_pair(env):

@@ -23,6 +23,7 @@ from typing import Optional, Tuple
 
 import torch
 
+from . import _ext
 from . import attention as _attn
 from . import errors as _errors
 from ._args import as_bool as _as_bool
@@ -65,6 +66,11 @@ class Tuning:
       max_smem_bytes: 0 (the device's) or plan as if a block had at most this
         much shared memory (101376: the configurations sm_120 runs, measurable
         on an sm_90 card).
+
+    Raises:
+      TypeError / ValueError naming the field (``tuning.<field>``) at
+      construction: a value of the wrong type, a ``grid_order`` or a ``config``
+      tag that does not exist, ``max_smem_bytes`` outside [0, 2^31-1].
     """
 
     config: str = ""
@@ -74,11 +80,21 @@ class Tuning:
     o_tma: bool = True
     max_smem_bytes: int = 0
 
+    def __post_init__(self):
+        self.options()
+        if self.config:
+            tags = _ext.load().config_tags().split(",")
+            if self.config not in tags:
+                raise ValueError(f"tuning.config: unknown configuration tag {self.config!r} (name one of: "
+                                 f"{', '.join(tags)})")
+
     def options(self) -> Tuple[str, int, int, int, int, int]:
         """The ``va_plan_options`` fields (config, grid_order, early_release,
         q_tma, o_tma, max_smem_bytes); raises TypeError / ValueError naming the field."""
         if not isinstance(self.config, str):
             raise TypeError(f"tuning.config: expected a str, got {type(self.config).__name__}")
+        if not isinstance(self.grid_order, str):
+            raise TypeError(f"tuning.grid_order: expected a str, got {type(self.grid_order).__name__}")
         if self.grid_order not in _GRID_ORDERS:
             raise ValueError(f"tuning.grid_order: one of {sorted(_GRID_ORDERS)}, got {self.grid_order!r}")
         early = 0 if self.early_release is None else (1 if _as_bool(self.early_release, "tuning.early_release") else 2)
@@ -173,11 +189,15 @@ class TreeAttentionPlan:
         if self._H % self._Hkv != 0:
             raise ValueError(f"num_kv_heads: {self._Hkv} must divide num_qo_heads {self._H}")
         self._d_vo = self._d_qk if head_dim_vo is None else _as_int(head_dim_vo, "head_dim_vo")
+        if self._d_vo < 1:
+            raise ValueError(f"head_dim_vo: must be >= 1, got {head_dim_vo}")
         self._mla = self._d_vo != self._d_qk
         self._page_size = None if page_size is None else _as_int(page_size, "page_size")
         self._dtype = dtype
         self._causal = _as_bool(causal, "causal")
         self._num_splits = _as_int(num_splits, "num_splits")
+        if not 0 <= self._num_splits <= _attn.MAX_NUM_SPLITS:
+            raise ValueError(f"num_splits: must be in [0, {_attn.MAX_NUM_SPLITS}] (0 = automatic), got {num_splits}")
         self._kv_slot_runs = kv_slot_runs
         self._options = tuning_options(tuning)
         for name, bound in (("max_q_len", max_q_len), ("max_kv_len", max_kv_len)):
@@ -203,10 +223,19 @@ class TreeAttentionPlan:
                 raise TypeError(f"{n}: expected a torch.Tensor, got {type(t).__name__}")
             if t.dtype != torch.int32:
                 raise TypeError(f"{n}: expected dtype torch.int32, got {t.dtype}")
+        if tree_mask is not None and not isinstance(tree_mask, torch.Tensor):
+            raise TypeError(f"tree_mask: expected a torch.Tensor, got {type(tree_mask).__name__}")
         if tree_mask is not None and tree_mask.dtype not in (torch.int32, torch.uint32):
             raise TypeError(f"tree_mask: expected dtype torch.int32 or torch.uint32, got {tree_mask.dtype}")
         if not isinstance(qo_indptr, torch.Tensor):
             raise TypeError(f"qo_indptr: expected a torch.Tensor, got {type(qo_indptr).__name__}")
+        for t, n in ((qo_indptr, "qo_indptr"), (kv_indptr, "kv_indptr"), (kv_indices, "kv_indices"),
+                     (kv_len, "kv_len")):
+            if t is not None and t.dim() != 1:
+                raise ValueError(f"{n}: expected a 1-D tensor, got shape {tuple(t.shape)}")
+        if tree_mask is not None and (tree_mask.dim() != 2 or tree_mask.shape[1] * 32 < self._max_q_len):
+            raise ValueError(f"tree_mask: expected [total_q, W] with W * 32 >= max_q_len = {self._max_q_len} "
+                             f"(one bit per draft), got shape {tuple(tree_mask.shape)}")
         self._check_batch_device(qo_indptr)
         self._device = qo_indptr.device
         self._index = qo_indptr.device.index
@@ -233,6 +262,14 @@ class TreeAttentionPlan:
             raise ValueError(f"qo_indptr: must be a CUDA tensor, got device {qo_indptr.device}")
 
     # -- per layout ---------------------------------------------------------
+
+    def _check_tensor_args(self, q, k, v, out, lse) -> None:
+        """TypeError naming the first of a run's arguments that is not a tensor."""
+        for t, n, optional in ((q, "q", False), (k, self._names[0], False), (v, self._names[1], True),
+                               (out, "out", True), (lse, "lse", True)):
+            if not isinstance(t, torch.Tensor) and not (optional and t is None):
+                raise TypeError(f"{n}: expected a torch.Tensor{' or None' if optional else ''}, "
+                                f"got {type(t).__name__}")
 
     def _signature(self, q, k, v, out, lse):
         return (q.shape, q.stride(), q.dtype, q.device,
@@ -293,7 +330,11 @@ class TreeAttentionPlan:
         """What :meth:`run` launches for this layout (a dict as :func:`verify_attn.plan_info`:
         ``name``, tile sizes, ``num_splits``, ``workspace_bytes``, ``k_tma`` / ``q_tma`` /
         ``o_tma``, ...). Plans the layout if it is new; launches nothing."""
-        sig = self._signature(q, k_cache, v_cache, out, lse)
+        try:
+            sig = self._signature(q, k_cache, v_cache, out, lse)
+        except AttributeError:
+            self._check_tensor_args(q, k_cache, v_cache, out, lse)
+            raise
         entry = self._plans.get(sig) or self._plan_layout(sig, q, k_cache, v_cache, out, lse)
         return dict(entry[2])
 
@@ -325,9 +366,15 @@ class TreeAttentionPlan:
         checks the device's error word after the launch (a host sync), except
         during capture.
         """
-        if lse is None and return_lse:
-            lse = torch.empty((q.shape[0], q.shape[1]), dtype=torch.float32, device=q.device)
-        sig = self._signature(q, k_cache, v_cache, out, lse)
+        if return_lse is not False and return_lse is not True:
+            _as_bool(return_lse, "return_lse")  # raises TypeError naming it for a non-bool
+        try:
+            if lse is None and return_lse:
+                lse = torch.empty((q.shape[0], q.shape[1]), dtype=torch.float32, device=q.device)
+            sig = self._signature(q, k_cache, v_cache, out, lse)
+        except AttributeError:
+            self._check_tensor_args(q, k_cache, v_cache, out, lse)
+            raise
         entry = self._plans.get(sig)
         if entry is None:
             entry = self._plan_layout(sig, q, k_cache, v_cache, out, lse)

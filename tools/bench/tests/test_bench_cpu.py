@@ -396,11 +396,13 @@ def test_compare_configs_column_and_forced_env(monkeypatch):
     assert body[0][i] == "180g/210e (ran wgmma_bf16_mla_wgmma_seesaw_tma)", body[0]
     assert body[0][headers.index("@mla_wgmma_seesaw_tma_mc")] == "180g/210e", body[0]
 
-    v = ours.OursPaged(force_config="mla_x")
-    assert v.name == "ours_paged@mla_x" and v.check_vs_ours and not ours.OursPaged().check_vs_ours
+    v = ours.OursPaged(force_config="mla_m32n32_s1")
+    assert v.name == "ours_paged@mla_m32n32_s1" and v.check_vs_ours and not ours.OursPaged().check_vs_ours
     import verify_attn
 
-    assert v.tuning() == verify_attn.Tuning(config="mla_x") and ours.OursPaged().tuning() is None
+    assert v.tuning() == verify_attn.Tuning(config="mla_m32n32_s1") and ours.OursPaged().tuning() is None
+    with pytest.raises(ValueError, match="^tuning.config: unknown configuration tag 'mla_x'"):
+        ours.OursPaged(force_config="mla_x").tuning()
 
 
 def test_bench_num_splits_reaches_every_call_of_ours(monkeypatch):
