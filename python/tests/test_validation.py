@@ -148,7 +148,7 @@ CASES = [
      ValueError, r"^qo_indptr: must start at 0.*end at q.shape\[0\] = 6"),
     ("tree_mask_and_causal", "flat", set_(causal=True), ValueError, r"^tree_mask: pass exactly one.*both"),
     ("neither_mask_nor_causal", "flat", set_(tree_mask=None), ValueError, r"^tree_mask: pass exactly one.*neither"),
-    ("tree_mask_rows", "flat", mut("tree_mask", lambda t: t[:5]), ValueError, r"^tree_mask: expected shape \[total_q=6"),
+    ("tree_mask_rows", "flat", mut("tree_mask", lambda t: t[:5]), ValueError, r"^tree_mask: 5 rows, but q has 6 \(q.shape\[0\]"),
     ("tree_mask_1d", "flat", mut("tree_mask", lambda t: t.reshape(-1)), ValueError, r"^tree_mask: expected shape"),
     ("tree_mask_too_narrow", "flat", set_(max_q_len=40), ValueError, r"^tree_mask: 1 words per row hold 32"),
     ("max_q_len_too_big", "mla", set_(max_q_len=1025), ValueError, r"^max_q_len: must be in \[0, 1024\]"),
@@ -326,6 +326,36 @@ def test_max_q_len_below_a_request_is_refused_when_lengths_are_read():
     a.update(max_q_len=3)
     with pytest.raises(ValueError, match=r"^max_q_len: 3 is below request 1's q_len 4"):
         _call("flat", a)
+
+
+def test_max_kv_len_below_a_request_is_refused_when_lengths_are_read():
+    """max_q_len omitted -> the index arrays are read on the host; a passed
+    max_kv_len smaller than a request's KV length (9 here) is refused there."""
+    a = flat_args("cpu")
+    a.update(max_kv_len=8)
+    with pytest.raises(ValueError, match=r"^max_kv_len: 8 is below request 1's KV length 9 \(from kv_indptr\)"):
+        _call("flat", a)
+    p = paged_args("cpu")
+    p.update(max_kv_len=3)
+    with pytest.raises(ValueError, match=r"^max_kv_len: 3 is below request \d's KV length \d+ \(from kv_len\)"):
+        _call("paged", p)
+
+
+def test_a_slot_pool_of_partial_pages_is_refused():
+    p = paged_args("cpu")
+    slots = p["k_cache"].reshape(-1, HKV, D)  # 24 slots
+    p.update(k_cache=slots[:23], v_cache=p["v_cache"].reshape(-1, HKV, D)[:23], page_size=4)
+    with pytest.raises(ValueError, match=r"^k_cache: 23 slots are not a whole number of pages of page_size = 4"):
+        _call("paged", p)
+
+
+def test_a_request_past_1024_drafts_names_qo_indptr_when_max_q_len_is_not_passed():
+    q = torch.randn(1100, H, D).to(torch.bfloat16)
+    k = torch.randn(1200, HKV, D).to(torch.bfloat16)
+    qo = torch.tensor([0, 1100], dtype=torch.int32)
+    kv = torch.tensor([0, 1200], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"^qo_indptr: request 0 has 1100 draft rows, more than 1024"):
+        verify_attn.tree_attention_flat(q, k, k.clone(), qo, kv, causal=True)
 
 
 def test_to_dense_rejects_non_int32_bits():

@@ -46,6 +46,9 @@ def check_kv_indptr(kv: Sequence[int], capacity: Optional[int], what: str) -> No
 def check_tree_mask_shape(tree_mask, total_q: int) -> None:
     """A tree mask is ``[total_q, W >= 1]`` (its words per row are checked against
     the draft counts elsewhere)."""
+    if tree_mask.dim() == 2 and tree_mask.shape[1] >= 1 and tree_mask.shape[0] != total_q:
+        raise ValueError(f"tree_mask: {tree_mask.shape[0]} rows, but q has {total_q} (q.shape[0]; one mask row "
+                         f"per query row: check q and qo_indptr too)")
     if tree_mask.dim() != 2 or tree_mask.shape[0] != total_q or tree_mask.shape[1] < 1:
         raise ValueError(f"tree_mask: expected shape [total_q={total_q}, W >= 1], got {tuple(tree_mask.shape)}")
 

@@ -215,6 +215,9 @@ def _check_shapes(
             ps = 1 if page_size is None else int(page_size)
             if ps < 1:
                 raise ValueError(f"page_size: must be >= 1, got {ps}")
+            if k.shape[0] % ps != 0:  # the kernels see whole pages of ps consecutive slots
+                raise ValueError(f"{nk}: {k.shape[0]} slots are not a whole number of pages of "
+                                 f"page_size = {ps}")
         else:
             raise ValueError(
                 f"{nk}: expected [num_pages, page_size, num_kv_heads, head_dim] or "
@@ -413,6 +416,9 @@ def _resolve_bounds(paged, q, qo_indptr, kv_indptr, kv_len, max_q_len, max_kv_le
             max_kv_len = max([0] + [kv[i + 1] - kv[i] for i in range(len(kv) - 1)])
     max_q_len = as_int(max_q_len, "max_q_len")
     max_kv_len = as_int(max_kv_len, "max_kv_len")
+    if need_q and max_q_len > MAX_Q_LEN:  # computed from qo_indptr: name what the caller passed
+        worst = max(range(len(qo) - 1), key=lambda i: qo[i + 1] - qo[i])
+        raise ValueError(f"qo_indptr: request {worst} has {max_q_len} draft rows, more than {MAX_Q_LEN}")
     if max_q_len < 0 or max_q_len > MAX_Q_LEN:
         raise ValueError(f"max_q_len: must be in [0, {MAX_Q_LEN}], got {max_q_len}")
     if max_q_len < 1 and q.shape[0] > 0:
@@ -429,6 +435,17 @@ def _resolve_bounds(paged, q, qo_indptr, kv_indptr, kv_len, max_q_len, max_kv_le
             )
     if max_kv_len < 0:
         raise ValueError(f"max_kv_len: must be >= 0, got {max_kv_len}")
+    if need_q and not need_kv:
+        # The lists are on the host anyway: a passed max_kv_len below a
+        # request's KV length (an upper bound the split-K plan relies on) is
+        # refused here, as max_q_len is above.
+        kv_lens = [int(x) for x in kvl] if paged else [kv[i + 1] - kv[i] for i in range(len(kv) - 1)]
+        worst = max(range(len(kv_lens)), key=kv_lens.__getitem__, default=None)
+        if worst is not None and kv_lens[worst] > max_kv_len:
+            src = "kv_len" if paged else "kv_indptr"
+            raise ValueError(
+                f"max_kv_len: {max_kv_len} is below request {worst}'s KV length {kv_lens[worst]} (from {src})"
+            )
     if max_kv_len > _INT32_MAX:
         raise ValueError(f"max_kv_len: must be <= 2^31-1 (KV lengths are int32), got {max_kv_len}")
     if tree_mask is not None and tree_mask.shape[1] * 32 < max_q_len:
