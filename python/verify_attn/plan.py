@@ -140,7 +140,9 @@ class TreeAttentionPlan:
       page_size (int): slots per page; None = the cache's (``shape[1]`` of a 4-D
         cache, 1 for a 3-D ``[slots, Hkv, D]`` pool). Paged layout only.
       tree_mask: int32 / uint32 ``[total_q, W]`` bit rows (see
-        :mod:`verify_attn.masks`), or None with ``causal=True``.
+        :mod:`verify_attn.masks`; one row per row of every run's ``q``, so
+        ``total_q = q.shape[0]``, and ``W * 32 >= max_q_len``), or None with
+        ``causal=True``.
       causal (bool): chain mode instead of ``tree_mask`` (exactly one of the two).
       sm_scale (float): logit scale, finite and > 0; default ``1 / sqrt(head_dim_qk)``.
       dtype: ``torch.bfloat16`` or ``torch.float16``: every run's ``q``, caches, ``out``.
@@ -159,8 +161,10 @@ class TreeAttentionPlan:
     Raises:
       TypeError / ValueError naming the argument: dtypes (int32 indices,
         int32/uint32 mask), devices (every tensor on one CUDA device),
-        non-contiguous index tensors, both or neither of ``tree_mask`` and
-        ``causal``, bounds out of range, a bad ``tuning``. The checks that need
+        non-contiguous or not 1-D index tensors, both or neither of
+        ``tree_mask`` and ``causal``, a mask narrower than ``max_q_len``, bounds
+        out of range (``max_q_len``, ``max_kv_len``, ``num_splits``,
+        ``head_dim_vo``), a ``tuning`` that is not a :class:`Tuning`. The checks that need
         a layer's tensors (shapes against ``q`` and the caches, strides,
         ``page_size``, ``sm_scale``, ``kv_slot_runs``) run at the first
         :meth:`run` or :meth:`info` of each layout, with the same errors as
@@ -355,6 +359,16 @@ class TreeAttentionPlan:
             ``return_lse`` and no ``lse`` one is allocated.
 
         Returns ``out``, or ``(out, lse)`` when ``return_lse`` or ``lse`` is given.
+
+        Raises:
+          TypeError: ``q`` or a cache not a tensor, a dtype other than the
+            plan's, ``return_lse`` not a bool.
+          ValueError: at the first run of a layout, a shape, stride, device or
+            alignment that does not fit the plan (named as by
+            :func:`verify_attn.tree_attention_paged`).
+          NotImplementedError: a layout no kernel of this build serves on the
+            device (the message names the C-ABI status).
+          RuntimeError: a CUDA error of the launch.
 
         No host synchronisation; capturable in a CUDA graph. The first run of
         a layout (shapes, strides, dtypes of the tensors) validates and plans it
