@@ -129,31 +129,35 @@ class PlanHandle {
 
 }  // namespace
 
+// Every field of va_params, once: F(name) for a value, P(name, type) for a
+// pointer (an int in Python, 0 = NULL). Both the attribute table of
+// _C.Params and Params.set are made from it.
+#define VA_PARAMS_FIELDS(F, P)                                                                   \
+  F(struct_size) F(abi_version) F(dtype) F(kv_layout) F(mask_mode) F(batch_size) F(total_q)     \
+  F(max_q_len) F(max_kv_len) F(num_qo_heads) F(num_kv_heads) F(head_dim_qk) F(head_dim_vo)      \
+  F(v_is_k_prefix) F(sm_scale)                                                                  \
+  P(q, const void*) F(q_stride_token) F(q_stride_head)                                          \
+  P(k, const void*) F(k_stride_page) F(k_stride_token) F(k_stride_head)                         \
+  P(v, const void*) F(v_stride_page) F(v_stride_token) F(v_stride_head)                         \
+  P(out, void*) F(out_stride_token) F(out_stride_head)                                          \
+  P(lse, float*) F(lse_stride_token) F(lse_stride_head)                                         \
+  P(qo_indptr, const int32_t*) P(kv_indptr, const int32_t*)                                     \
+  P(kv_indices, const int32_t*) P(kv_len, const int32_t*)                                       \
+  F(page_size) F(num_pages) F(num_kv_rows) F(kv_slot_runs)                                      \
+  P(tree_mask, const uint32_t*) F(mask_words) F(num_splits)                                     \
+  P(workspace, void*) F(workspace_bytes) P(error_word, int32_t*) P(stream, void*)
+
 // Params.set(**fields): every field of one call in one crossing of the
-// binding (an attribute set costs a pybind dispatch each, about 3 us on the
-// GPU machine's host: 45 of them were most of a new plan's host time).
+// binding (each attribute set is a pybind dispatch of its own: the 45 of a
+// call were most of a new plan's host time).
 using ParamSetter = void (*)(va_params&, py::handle);
 #define VA_SET(name) \
-  {#name, [](va_params& p, py::handle v) { p.name = v.cast<decltype(va_params::name)>(); }}
+  {#name, [](va_params& p, py::handle v) { p.name = v.cast<decltype(va_params::name)>(); }},
 #define VA_SET_PTR(name, type) \
-  {#name, [](va_params& p, py::handle v) { p.name = reinterpret_cast<type>(v.cast<uintptr_t>()); }}
+  {#name, [](va_params& p, py::handle v) { p.name = reinterpret_cast<type>(v.cast<uintptr_t>()); }},
 
 const std::unordered_map<std::string, ParamSetter>& param_setters() {
-  static const std::unordered_map<std::string, ParamSetter> setters = {
-      VA_SET(dtype), VA_SET(kv_layout), VA_SET(mask_mode), VA_SET(batch_size), VA_SET(total_q),
-      VA_SET(max_q_len), VA_SET(max_kv_len), VA_SET(num_qo_heads), VA_SET(num_kv_heads),
-      VA_SET(head_dim_qk), VA_SET(head_dim_vo), VA_SET(v_is_k_prefix), VA_SET(sm_scale),
-      VA_SET_PTR(q, const void*), VA_SET(q_stride_token), VA_SET(q_stride_head),
-      VA_SET_PTR(k, const void*), VA_SET(k_stride_page), VA_SET(k_stride_token), VA_SET(k_stride_head),
-      VA_SET_PTR(v, const void*), VA_SET(v_stride_page), VA_SET(v_stride_token), VA_SET(v_stride_head),
-      VA_SET_PTR(out, void*), VA_SET(out_stride_token), VA_SET(out_stride_head),
-      VA_SET_PTR(lse, float*), VA_SET(lse_stride_token), VA_SET(lse_stride_head),
-      VA_SET_PTR(qo_indptr, const int32_t*), VA_SET_PTR(kv_indptr, const int32_t*),
-      VA_SET_PTR(kv_indices, const int32_t*), VA_SET_PTR(kv_len, const int32_t*),
-      VA_SET(page_size), VA_SET(num_pages), VA_SET(num_kv_rows), VA_SET(kv_slot_runs),
-      VA_SET_PTR(tree_mask, const uint32_t*), VA_SET(mask_words), VA_SET(num_splits),
-      VA_SET_PTR(workspace, void*), VA_SET(workspace_bytes), VA_SET_PTR(error_word, int32_t*),
-      VA_SET_PTR(stream, void*)};
+  static const std::unordered_map<std::string, ParamSetter> setters = {VA_PARAMS_FIELDS(VA_SET, VA_SET_PTR)};
   return setters;
 }
 
@@ -162,7 +166,7 @@ void set_params(va_params& p, const py::kwargs& fields) {
   for (const auto& item : fields) {
     const std::string name = py::str(item.first);
     const auto it = setters.find(name);
-    if (it == setters.end()) throw py::attribute_error("Params has no settable field '" + name + "'");
+    if (it == setters.end()) throw py::attribute_error("Params has no field '" + name + "'");
     try {
       it->second(p, item.second);
     } catch (const py::cast_error&) {
@@ -196,27 +200,10 @@ PYBIND11_MODULE(_C, m) {
         va_params_init(&p);
         return p;
       }))
-      VA_FIELD(struct_size) VA_FIELD(abi_version) VA_FIELD(dtype)
-      VA_FIELD(kv_layout) VA_FIELD(mask_mode) VA_FIELD(batch_size)
-      VA_FIELD(total_q) VA_FIELD(max_q_len) VA_FIELD(max_kv_len)
-      VA_FIELD(num_qo_heads) VA_FIELD(num_kv_heads) VA_FIELD(head_dim_qk)
-      VA_FIELD(head_dim_vo) VA_FIELD(v_is_k_prefix) VA_FIELD(sm_scale)
-      VA_PTR_FIELD(q, const void*) VA_FIELD(q_stride_token) VA_FIELD(q_stride_head)
-      VA_PTR_FIELD(k, const void*) VA_FIELD(k_stride_page) VA_FIELD(k_stride_token)
-      VA_FIELD(k_stride_head)
-      VA_PTR_FIELD(v, const void*) VA_FIELD(v_stride_page) VA_FIELD(v_stride_token)
-      VA_FIELD(v_stride_head)
-      VA_PTR_FIELD(out, void*) VA_FIELD(out_stride_token) VA_FIELD(out_stride_head)
-      VA_PTR_FIELD(lse, float*) VA_FIELD(lse_stride_token) VA_FIELD(lse_stride_head)
-      VA_PTR_FIELD(qo_indptr, const int32_t*) VA_PTR_FIELD(kv_indptr, const int32_t*)
-      VA_PTR_FIELD(kv_indices, const int32_t*) VA_PTR_FIELD(kv_len, const int32_t*)
-      VA_FIELD(page_size) VA_FIELD(num_pages) VA_FIELD(num_kv_rows) VA_FIELD(kv_slot_runs)
-      VA_PTR_FIELD(tree_mask, const uint32_t*) VA_FIELD(mask_words)
-      VA_FIELD(num_splits) VA_PTR_FIELD(workspace, void*) VA_FIELD(workspace_bytes)
-      VA_PTR_FIELD(error_word, int32_t*) VA_PTR_FIELD(stream, void*)
+      VA_PARAMS_FIELDS(VA_FIELD, VA_PTR_FIELD)
       .def("set", &set_params,
            "Set the named fields in one call (pointers as ints); AttributeError for a name that is "
-           "not a settable field.");
+           "not a field, TypeError for a value of the wrong type.");
 
   m.def(
       "attention",

@@ -68,9 +68,9 @@ def test_params_set_in_one_call():
     p.set(q=0xDEADBEE0, sm_scale=0.25, total_q=7, kv_len=0x1000, stream=0)
     assert (p.q, p.sm_scale, p.total_q, p.kv_len, p.stream) == (0xDEADBEE0, 0.25, 7, 0x1000, 0)
     assert p.abi_version == C().ABI_VERSION  # untouched fields keep their defaults
-    with pytest.raises(AttributeError, match="no settable field 'not_a_field'"):
+    with pytest.raises(AttributeError, match="no field .not_a_field."):
         p.set(not_a_field=1)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="^Params.total_q: cannot take a str"):
         p.set(total_q="seven")
 
 

@@ -276,11 +276,16 @@ class TreeAttentionPlan:
                                 f"got {type(t).__name__}")
 
     def _signature(self, q, k, v, out, lse):
-        return (q.shape, q.stride(), q.dtype, q.device,
-                k.shape, k.stride(), k.dtype, k.device,
-                None if v is None else (v.shape, v.stride(), v.dtype, v.device, v.data_ptr() == k.data_ptr()),
-                None if out is None else (out.shape, out.stride(), out.dtype, out.device),
-                None if lse is None else (lse.shape, lse.stride(), lse.dtype, lse.device))
+        """The layout key of a run's tensors; TypeError naming one that is not a tensor."""
+        try:
+            return (q.shape, q.stride(), q.dtype, q.device,
+                    k.shape, k.stride(), k.dtype, k.device,
+                    None if v is None else (v.shape, v.stride(), v.dtype, v.device, v.data_ptr() == k.data_ptr()),
+                    None if out is None else (out.shape, out.stride(), out.dtype, out.device),
+                    None if lse is None else (lse.shape, lse.stride(), lse.dtype, lse.device))
+        except AttributeError:
+            self._check_tensor_args(q, k, v, out, lse)
+            raise
 
     def _plan_layout(self, sig, q, k, v, out, lse):
         """Validate one layout with real tensors and create its C plan."""
@@ -334,11 +339,7 @@ class TreeAttentionPlan:
         """What :meth:`run` launches for this layout (a dict as :func:`verify_attn.plan_info`:
         ``name``, tile sizes, ``num_splits``, ``workspace_bytes``, ``k_tma`` / ``q_tma`` /
         ``o_tma``, ...). Plans the layout if it is new; launches nothing."""
-        try:
-            sig = self._signature(q, k_cache, v_cache, out, lse)
-        except AttributeError:
-            self._check_tensor_args(q, k_cache, v_cache, out, lse)
-            raise
+        sig = self._signature(q, k_cache, v_cache, out, lse)
         entry = self._plans.get(sig) or self._plan_layout(sig, q, k_cache, v_cache, out, lse)
         return dict(entry[2])
 
@@ -382,13 +383,11 @@ class TreeAttentionPlan:
         """
         if return_lse is not False and return_lse is not True:
             _as_bool(return_lse, "return_lse")  # raises TypeError naming it for a non-bool
-        try:
-            if lse is None and return_lse:
-                lse = torch.empty((q.shape[0], q.shape[1]), dtype=torch.float32, device=q.device)
-            sig = self._signature(q, k_cache, v_cache, out, lse)
-        except AttributeError:
-            self._check_tensor_args(q, k_cache, v_cache, out, lse)
-            raise
+        if lse is None and return_lse:
+            if not isinstance(q, torch.Tensor):
+                self._check_tensor_args(q, k_cache, v_cache, out, lse)
+            lse = torch.empty((q.shape[0], q.shape[1]), dtype=torch.float32, device=q.device)
+        sig = self._signature(q, k_cache, v_cache, out, lse)
         entry = self._plans.get(sig)
         if entry is None:
             entry = self._plan_layout(sig, q, k_cache, v_cache, out, lse)
