@@ -285,6 +285,7 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
   const bool mla = p.v_is_k_prefix == 1;
   const int group = p.num_qo_heads / p.num_kv_heads;
   const int64_t rows_max = static_cast<int64_t>(std::max(p.max_q_len, 1)) * group;
+  const bool few_request_heads = static_cast<int64_t>(p.batch_size) * p.num_kv_heads * 8 <= dev.num_sms;
 
   // Candidate configurations, best first; the first that fits the device's
   // shared memory wins.
@@ -325,12 +326,18 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
     // 4). Below 256 rows a CTA of it would hold fewer rows than two 16-row
     // kernel CTAs on two SMs, which the short real-input calls (192-207
     // rows) run faster (BENCHMARKS.md table 5).
-    const bool roles = rows_max > 64;
+    // At 64 rows or fewer the warp-role kernel still wins where the requests x
+    // KV heads number at most an eighth of the SMs: split-K then fills the
+    // machine with a few rows' long KV ranges, and its 16-row warps pipeline
+    // the tiles the one-tile kernel walks one round trip at a time (BENCHMARKS.md
+    // table 5: the real-input calls; from 64 request-heads on 132 SMs the
+    // one-tile kernel's two CTAs per SM win again).
+    const bool roles = rows_max > 64 || few_request_heads;
     if (rows_max >= 256 && image_ok(kCfgGqa64RolesM256, dev)) cands[n++] = kCfgGqa64RolesM256;
     if (roles && image_ok(kCfgGqa64Roles, dev)) cands[n++] = kCfgGqa64Roles;
     cands[n++] = kCfgGqa64M64N64S2;
   } else if (p.head_dim_qk == 128) {
-    const bool roles = rows_max > 64;  // as for head_dim 64
+    const bool roles = rows_max > 64 || few_request_heads;  // as for head_dim 64
     if (rows_max >= 256 && image_ok(kCfgGqa128RolesM256, dev)) cands[n++] = kCfgGqa128RolesM256;
     if (roles && image_ok(kCfgGqa128Roles, dev)) cands[n++] = kCfgGqa128Roles;
     cands[n++] = kCfgGqa128M64N64S2;

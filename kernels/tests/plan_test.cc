@@ -274,6 +274,25 @@ int main() {
     }
     CHECK(name(p, sm120).rfind("mma_sync_", 0) == 0, "page_size 64 on sm_120: %s", plan.name);
   }
+  // At 64 rows or fewer per KV head (4 drafts x group 8) the warp-role GQA
+  // kernel where requests x KV heads are at most an eighth of the SMs (4
+  // requests x 4 KV heads on 132 SMs), the one-tile kernel from there on.
+  {
+    const bool sm90a = std::string(va_compiled_archs()).find("sm_90a") != std::string::npos;
+    for (int d : {64, 128}) {
+      const std::string roles = "mma_sync_bf16_gqa_d" + std::to_string(d) + "_roles_m128n64";
+      const std::string tile = "mma_sync_bf16_gqa_d" + std::to_string(d) + "_m64n64_s2";
+      for (int b : {1, 4, 5, 16}) {
+        va_params p = shape(false, d, 32, 4, b, 4, 8192);
+        p.dtype = VA_DTYPE_BF16;
+        va::Plan plan;
+        CHECK(make_plan(p, sm90, &plan) == VA_OK, "B%d D%d: %s", b, d, va_last_error_message());
+        const std::string want = sm90a && b * 4 * 8 <= sm90.num_sms ? roles : tile;
+        CHECK(want == plan.name, "B%d x 4 KV heads, 32 rows, D%d on sm_90: %s, want %s", b, d, plan.name,
+              want.c_str());
+      }
+    }
+  }
   // Every compiled configuration is planned by some (arch, layout, shape)
   // rule: walk the plan over both target archs, every KV layout class and
   // every head-dim family, and require each configuration to come up (the

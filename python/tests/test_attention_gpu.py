@@ -262,8 +262,8 @@ def run_case(c, seed, device="cuda"):
 # per KV head) and its 2-CTA cluster form ("mla_cluster", mla_cluster_m64n32:
 # what sm_120 picks above 32 rows), forced.
 # test_mla_path_pinned checks which one ran. GQA / MHA at head_dim 64 / 128
-# runs the plan's choice (the warp-role kernel above 64 rows per KV head, the
-# one-tile kernel at or below), and each of the three forced: the warp-role
+# runs the plan's choice (the warp-role kernel above 64 rows per KV head or for
+# few request-heads, the one-tile kernel otherwise), and each of the three forced: the warp-role
 # kernel ("gqa_roles", testing.ROLES_GQA, also where most of its warps idle),
 # its form with 32 rows per consumer warp and 256 per CTA ("gqa_roles_r32",
 # testing.ROLES_R32_GQA, which the plan never picks) and the one-tile kernel
@@ -299,10 +299,11 @@ def test_kernel_matches_reference(case, path, kernel_path):
             "gqa_roles_r32": testing.ROLES_R32_GQA.get(d)}.get(path)
     if want is not None or (path == "auto" and d in testing.ROLES_GQA):
         prob = build_problem(case, 0, "cuda")
-        if want is None:  # the plan's rule (kernels/plan.cc): warp roles above 64 rows per KV head,
-            m = MODELS[case["model"]]  # 32-row consumer warps from 256
+        if want is None:  # the plan's rule (kernels/plan.cc): warp roles above 64 rows per KV head
+            m = MODELS[case["model"]]  # or for at most num_sms / 8 request-heads, 32-row consumer warps from 256
             rows = (prob.max_q_len or max(prob.q_lens)) * (m.heads // m.kv_heads)
-            want = (testing.ROLES_R32_GQA if rows >= 256 else testing.ROLES_GQA if rows > 64
+            few = len(prob.q_lens) * m.kv_heads * 8 <= torch.cuda.get_device_properties(0).multi_processor_count
+            want = (testing.ROLES_R32_GQA if rows >= 256 else testing.ROLES_GQA if rows > 64 or few
                     else testing.ONE_TILE_GQA)[d]
         info = testing.plan_info(prob)
         assert info["name"].endswith(want), info
