@@ -49,8 +49,10 @@ def env(monkeypatch):
     monkeypatch.setattr(attention, "_load_C", lambda: fake)
     monkeypatch.setattr(attention, "_check_devices", lambda *a: None)
     monkeypatch.setattr(attention, "_is_capturing", lambda: False)
+    monkeypatch.setattr(plan_mod, "_stream_capturing", lambda: False)
     monkeypatch.setattr(torch.cuda, "device", lambda d: _Device(log, d))
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(plan_mod, "_current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda d=None: _Stream())
     monkeypatch.setattr(errors, "error_word_ptr", lambda d: 0x7F00_0000_1000)
     monkeypatch.setattr(errors, "check_errors", lambda d=None: log.append(("check", d)))
@@ -144,7 +146,7 @@ def test_run_launches_under_the_plan_device(env, monkeypatch):
     p = _plan()
     t = _layer()
     p.run(t["q"], t["k_cache"], t["v_cache"])  # the layout's plan
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)  # another current device
+    monkeypatch.setattr(plan_mod, "_current_device", lambda: 1)  # another current device
     del env[:]
     p.run(t["q"], t["k_cache"], t["v_cache"])
     assert [e[0] for e in env] == ["enter", "launch", "exit"] and env[1][1] == 0x5

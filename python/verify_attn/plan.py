@@ -41,6 +41,13 @@ def _keep_for_graphs(ws: torch.Tensor) -> None:
     _GRAPH_WORKSPACES.setdefault(ws.data_ptr(), ws)
 
 
+# A run's per-call queries, straight to torch's bindings where they exist: CUDA
+# is initialized once a plan holds CUDA tensors, so torch.cuda's Python
+# wrappers (lazy init, argument handling) only add host time per layer.
+_current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
+_stream_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) or _attn._is_capturing
+
+
 @dataclasses.dataclass(frozen=True)
 class Tuning:
     """Kernel choices that override the plan's rules (``va_plan_options``).
@@ -401,14 +408,14 @@ class TreeAttentionPlan:
             if self._workspace is None or self._workspace.numel() < ws_bytes:
                 self._workspace = torch.empty(ws_bytes, dtype=torch.uint8, device=self._device)
             ws = self._workspace.data_ptr()
-            if _attn._is_capturing():
+            if _stream_capturing():
                 _keep_for_graphs(self._workspace)
         index = self._index
         stream = (self._stream_of(index) if self._stream_of is not None and index is not None
                   else torch.cuda.current_stream(self._device).cuda_stream)
         v_ptr = 0 if mla else v_cache.data_ptr()
         lse_ptr = 0 if lse is None else lse.data_ptr()
-        if index is not None and torch.cuda.current_device() == index:
+        if index is not None and _current_device() == index:
             handle.run(q.data_ptr(), k_cache.data_ptr(), v_ptr, out.data_ptr(), lse_ptr, ws, ws_bytes, stream)
         else:
             with torch.cuda.device(self._device):

@@ -329,6 +329,7 @@ def _bare_backend(n, max_bs, req_to_token, max_context_len=64):
     b.device = "cpu"  # as SGLang sets it (TritonAttnBackend: model_runner.device, a string)
     b.req_to_token = req_to_token
     b._va_graph = None
+    b._va_eager = None
     b._va_layer_keys = {}
     b._va_max_bs = max_bs
     b._verify_mask = b._va_make_verify_mask(max_bs)
@@ -389,7 +390,8 @@ def test_backend_target_verify_metadata_cpu(graph, layout):
     for r in range(bs):
         rows += req_to_token[req_pool_indices[r], : seq_lens[r]].tolist() + out_cache_loc[r * n:(r + 1) * n].tolist()
     assert m.kv_indices.dtype == torch.int32 and m.kv_indices[:62].tolist() == rows
-    assert m.max_kv_len == (64 + n if graph else 33 + n)
+    # Eager: the longest request's 33 + n rows rounded up (256 at least), at most max_context_len + n.
+    assert m.max_kv_len == 64 + n
     if layout == "chain":
         assert m.causal and m.tree_mask is None
     else:
@@ -397,15 +399,19 @@ def test_backend_target_verify_metadata_cpu(graph, layout):
         assert _bits_to_rows(m.tree_mask, n) == [row for t in trees for row in _ancestors(t)]
         if graph:
             assert m.tree_mask.data_ptr() == b._va_graph["tree_mask"].data_ptr()
-    if graph:  # CUDA-graph buffers are written in place, never reallocated
-        assert m.kv_indices.data_ptr() == b._va_graph["kv_indices"].data_ptr()
-        assert m.kv_indptr.data_ptr() == b._va_graph["kv_indptr"].data_ptr()
+    # CUDA-graph buffers are written in place, never reallocated; eager batches
+    # write into grow-only buffers of their own.
+    bufs = b._va_graph if graph else b._va_eager
+    assert m.kv_indices.data_ptr() == bufs["kv_indices"].data_ptr()
+    assert m.kv_indptr.data_ptr() == bufs["kv_indptr"].data_ptr()
+    assert graph == (b._va_eager is None)
 
 
 def test_backend_plans_once_per_forward_batch(monkeypatch):
     """forward_extend of several layers after one init_forward_metadata makes one
     TreeAttentionPlan and runs it per layer (the layers' q and caches); the next
-    batch makes its own; a layer of other heads or scale gets its own."""
+    batch of the same shape reuses it, one of another size makes its own; a layer
+    of other heads or scale gets its own."""
     _sglang_or_skip()
     from types import SimpleNamespace
 
@@ -454,10 +460,30 @@ def test_backend_plans_once_per_forward_batch(monkeypatch):
     for i in range(3):  # alternating kinds of layers: one plan each, not one per switch
         b.forward_extend(q, None, None, layer(i, scaling=0.2 if i % 2 else 0.1), fb, save_kv_cache=False)
     assert len(made) == 2
-    fb = batch()  # the next batch
+    fb = batch()  # the next batch, of the same shape: its metadata in the same buffers, the plan reused
     for i in range(3):
         b.forward_extend(q, None, None, layer(i), fb, save_kv_cache=False)
-    assert len(made) == 3 and b.va_plans_made == 3 and len(runs) == 10
+    assert len(made) == 2 and b.va_plans_made == 2 and len(runs) == 10
+    assert b.va_metadata.kv_indices.data_ptr() == b._va_eager["kv_indices"].data_ptr()
+    # A batch of another size: a plan of its own, in the same (large enough) buffers.
+    fb = _verify_fb(n, torch.tensor([1]), torch.tensor([12], dtype=torch.int32),
+                    torch.randint(500, 600, (n,), dtype=torch.int64), None, 1)
+    b.init_forward_metadata(fb)
+    b.forward_extend(q[:n], None, None, layer(0), fb, save_kv_cache=False)
+    assert len(made) == 3 and b.va_metadata.kv_indices.data_ptr() == b._va_eager["kv_indices"].data_ptr()
+
+
+def test_eager_max_kv_len_rounding():
+    """Eager plans bound max_kv_len by the longest request rounded up to one of 8 steps per power
+    of two: at most 12.5% above it, never below it, 256 at least."""
+    _sglang_or_skip()
+    from verify_attn_sglang.backend import _round_up_kv
+
+    assert [_round_up_kv(x) for x in (1, 256, 257, 300, 4096, 4097, 4600, 131072)] == \
+        [256, 256, 288, 320, 4096, 4608, 4608, 131072]
+    for x in range(1, 70000, 37):
+        r = _round_up_kv(x)
+        assert x <= r and (r <= 256 or r <= x * 1.125 + 1), (x, r)
 
 
 def test_backend_checks_a_layer_once(monkeypatch):

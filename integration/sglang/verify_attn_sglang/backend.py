@@ -35,7 +35,9 @@ Target verify (``ForwardMode.TARGET_VERIFY``, EAGLE/EAGLE3/NGRAM/DFlash/...):
 - the kernel: a ``verify_attn.TreeAttentionPlan`` per forward batch, made at its
   first layer (from the metadata of ``init_forward_metadata`` and the layer's
   heads, dims and scale) and run by every layer on SGLang's pool tensors (no
-  planning per layer), MLA (absorbed: q ``[T, H, 576]``, cache ``[slots, 1,
+  planning per layer); eager batches write their metadata into grow-only
+  buffers, so a batch of a shape seen before (requests, drafts, rounded
+  max_kv_len) reuses that shape's plan and plans nothing, MLA (absorbed: q ``[T, H, 576]``, cache ``[slots, 1,
   576]``, value = first 512) or MHA/GQA (head dim 64/128/256, group <= 16),
   fp16/bf16. A workspace a captured launch uses is kept for the life of the
   process (verify_attn.plan), whatever happens to the plan.
@@ -54,6 +56,7 @@ sinks, score_mod, xai temperature, cross attention) raise NotImplementedError
 in target verify, naming the feature, rather than compute something else.
 """
 
+import collections
 import logging
 from dataclasses import dataclass
 from typing import Optional
@@ -141,6 +144,14 @@ def _sglang_mode_reason() -> Optional[str]:
     if mode not in (None, "", "static"):
         return f"ragged target verify (SGLANG_RAGGED_VERIFY_MODE={mode})"
     return None
+
+
+def _round_up_kv(rows: int) -> int:
+    """``rows`` rounded up to one of 8 steps per power of two (at most 12.5% more; 256 at least)."""
+    if rows <= 256:
+        return 256
+    step = 1 << (rows.bit_length() - 4)
+    return (rows + step - 1) // step * step
 
 
 def _real_batch_size(forward_batch, bs: int) -> int:
@@ -269,8 +280,11 @@ class VerifyAttnBackend(TritonAttnBackend):
         self.va_enabled = self.va_reason is None
         self.va_metadata: Optional[VerifyMetadata] = None
         self._va_graph = None
+        # Eager target verify: grow-only metadata buffers and the plans made on
+        # them, reused by every later batch of the same shape (see _va_eager_plans).
+        self._va_eager = None
         self._va_max_bs = model_runner.req_to_token_pool.size
-        self.va_plans_made = 0  # TreeAttentionPlans made (one per forward batch of one model)
+        self.va_plans_made = 0  # TreeAttentionPlans made (at most one per forward batch of one model)
         self._va_layer_keys = {}  # id(layer) -> (layer, plan key): the layer's checks ran
         ps = int(getattr(self, "page_size", 1) or 1)  # TritonAttnBackend's, from the server's --page-size
         # Token slots in runs of ps from each request's first row (SGLang's pages):
@@ -381,9 +395,14 @@ class VerifyAttnBackend(TritonAttnBackend):
 
     def _va_alloc_graph(self, max_bs: int) -> None:
         n = self.num_draft_tokens
-        dev = torch.device(self.device)  # SGLang passes a string ("cuda") or a torch.device
         cap = max_bs * (self.max_context_len + n) + 1  # +1: the pack's trash slot
-        self._va_graph = dict(
+        self._va_graph = self._va_buffers(max_bs, n, cap)
+
+    def _va_buffers(self, max_bs: int, n: int, cap: int) -> dict:
+        """Metadata buffers for up to ``max_bs`` requests of ``n`` drafts and
+        ``cap`` page-table entries (the CUDA-graph ones, and eager mode's)."""
+        dev = torch.device(self.device)  # SGLang passes a string ("cuda") or a torch.device
+        return dict(
             max_bs=max_bs,
             n=n,
             qo_indptr=md.uniform_qo_indptr(max_bs, n, device=dev),
@@ -394,7 +413,39 @@ class VerifyAttnBackend(TritonAttnBackend):
             kv_indices=torch.zeros(cap, dtype=torch.int32, device=dev),
             tree_mask=torch.zeros(max_bs * n, md.mask_words(n), dtype=torch.int32, device=dev),
             causal_rows=md.causal_rows(n, device=dev),  # a padded replay's tree rows, built once
+            cap=cap,
         )
+
+    # Eager batches reuse plans: a plan binds the metadata buffers (their
+    # addresses and sizes) and host bounds (requests, drafts, max_kv_len); the
+    # kernel reads everything else from the buffers, as a CUDA-graph replay does.
+    # So eager mode writes each batch's metadata into grow-only buffers, rounds
+    # max_kv_len up to one of 8 steps per power of two (the split-K count
+    # planned for at most 12.5% more KV than the longest request), and keeps
+    # the plans of the last _VA_EAGER_PLANS shapes: a verify step whose shape
+    # was seen before makes no plan at all.
+    _VA_EAGER_PLANS = 16
+
+    def _va_eager_buffers(self, bs: int, n: int, cap: int) -> dict:
+        e = self._va_eager
+        if e is None or e["n"] != n or e["max_bs"] < bs or e["cap"] < cap:
+            if e is not None and e["n"] == n:  # grow by half again, so growth reallocates rarely
+                bs, cap = max(bs, e["max_bs"] * 3 // 2), max(cap, e["cap"] * 3 // 2)
+            e = self._va_eager = self._va_buffers(bs, n, cap)
+            e["plans"] = collections.OrderedDict()  # buffers replaced: the plans bound the old ones
+        return e
+
+    def _va_eager_plans(self, e: dict, key) -> dict:
+        """The plan dict (layer key -> TreeAttentionPlan) of an eager batch shape, least recently used out."""
+        plans = e["plans"]
+        got = plans.get(key)
+        if got is None:
+            got = plans[key] = {}
+            while len(plans) > self._VA_EAGER_PLANS:
+                plans.popitem(last=False)
+        else:
+            plans.move_to_end(key)
+        return got
 
     # ------------------------------------------------------------------ metadata
 
@@ -470,9 +521,10 @@ class VerifyAttnBackend(TritonAttnBackend):
                 prefix_total = bs * self.max_context_len
             cap = int(prefix_total) + bs * n + 1  # +1: the CPU pack's trash slot
             if cpu_lens is not None and cpu_lens.numel() >= bs and bs > 0:
-                max_kv_len = int(cpu_lens[:bs].max()) + n
+                max_kv_len = min(_round_up_kv(int(cpu_lens[:bs].max()) + n), self.max_context_len + n)
             else:
                 max_kv_len = self.max_context_len + n
+            eager = self._va_eager_buffers(bs, n, cap)
         out_cache_loc = forward_batch.out_cache_loc
         if out_cache_loc is None or out_cache_loc.numel() < raw_bs * n:
             got = None if out_cache_loc is None else tuple(out_cache_loc.shape)
@@ -483,12 +535,14 @@ class VerifyAttnBackend(TritonAttnBackend):
         own = self._verify_mask.buffer if self._verify_mask is not None else None
         build = self._va_build_cuda if dev.type == "cuda" else self._va_build_torch
         qo_indptr, kv_indptr, idx32, kv_len, tree_mask = build(
-            forward_batch, g, bs, raw_bs, n, seq_lens, out_cache_loc[: raw_bs * n], cap,
-            None if causal else custom_mask, own)
+            forward_batch, g if g is not None else eager, bs, raw_bs, n, seq_lens, out_cache_loc[: raw_bs * n],
+            cap, None if causal else custom_mask, own)
         self.va_metadata = VerifyMetadata(
             bs=bs, n=n, qo_indptr=qo_indptr, kv_indptr=kv_indptr, kv_indices=idx32, kv_len=kv_len,
             tree_mask=tree_mask, causal=causal, max_kv_len=max_kv_len,
         )
+        if g is None:
+            self.va_metadata.plans = self._va_eager_plans(eager, (bs, n, causal, tree_mask is None, max_kv_len))
         # Code that inspects forward_metadata (the test kit's CUDA-graph
         # invariants: indptr monotonic, lengths >= 0) sees ours.
         self.forward_metadata = self.va_metadata
