@@ -285,7 +285,8 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
   const bool mla = p.v_is_k_prefix == 1;
   const int group = p.num_qo_heads / p.num_kv_heads;
   const int64_t rows_max = static_cast<int64_t>(std::max(p.max_q_len, 1)) * group;
-  const bool few_request_heads = static_cast<int64_t>(p.batch_size) * p.num_kv_heads * 8 <= dev.num_sms;
+  // (requests x KV heads x 8 <= num_sms, without the product's overflow)
+  const bool few_request_heads = static_cast<int64_t>(p.batch_size) * p.num_kv_heads <= dev.num_sms / 8;
 
   // Candidate configurations, best first; the first that fits the device's
   // shared memory wins.
