@@ -37,8 +37,8 @@ Target verify (``ForwardMode.TARGET_VERIFY``, EAGLE/EAGLE3/NGRAM/DFlash/...):
   heads, dims and scale) and run by every layer on SGLang's pool tensors (no
   planning per layer); eager batches write their metadata into grow-only
   buffers, so a batch of a shape seen before (requests, drafts, rounded
-  max_kv_len) reuses that shape's plan and plans nothing, MLA (absorbed: q ``[T, H, 576]``, cache ``[slots, 1,
-  576]``, value = first 512) or MHA/GQA (head dim 64/128/256, group <= 16),
+  max_kv_len) reuses that shape's plan and plans nothing. MLA (absorbed: q
+  ``[T, H, 576]``, cache ``[slots, 1, 576]``, value = first 512) or MHA/GQA (head dim 64/128/256, group <= 16),
   fp16/bf16. A workspace a captured launch uses is kept for the life of the
   process (verify_attn.plan), whatever happens to the plan.
 
@@ -511,7 +511,7 @@ class VerifyAttnBackend(TritonAttnBackend):
                              "run it eagerly (--disable-cuda-graph) or with --attention-backend triton")
         if g is not None:
             max_kv_len = self.max_context_len + n
-            cap = None
+            bufs = g
         else:
             prefix_total = forward_batch.seq_lens_sum
             cpu_lens = forward_batch.seq_lens_cpu
@@ -524,7 +524,7 @@ class VerifyAttnBackend(TritonAttnBackend):
                 max_kv_len = min(_round_up_kv(int(cpu_lens[:bs].max()) + n), self.max_context_len + n)
             else:
                 max_kv_len = self.max_context_len + n
-            eager = self._va_eager_buffers(bs, n, cap)
+            bufs = self._va_eager_buffers(bs, n, cap)
         out_cache_loc = forward_batch.out_cache_loc
         if out_cache_loc is None or out_cache_loc.numel() < raw_bs * n:
             got = None if out_cache_loc is None else tuple(out_cache_loc.shape)
@@ -535,20 +535,21 @@ class VerifyAttnBackend(TritonAttnBackend):
         own = self._verify_mask.buffer if self._verify_mask is not None else None
         build = self._va_build_cuda if dev.type == "cuda" else self._va_build_torch
         qo_indptr, kv_indptr, idx32, kv_len, tree_mask = build(
-            forward_batch, g if g is not None else eager, bs, raw_bs, n, seq_lens, out_cache_loc[: raw_bs * n],
-            cap, None if causal else custom_mask, own)
+            forward_batch, bufs, bs, raw_bs, n, seq_lens, out_cache_loc[: raw_bs * n],
+            None if causal else custom_mask, own)
         self.va_metadata = VerifyMetadata(
             bs=bs, n=n, qo_indptr=qo_indptr, kv_indptr=kv_indptr, kv_indices=idx32, kv_len=kv_len,
             tree_mask=tree_mask, causal=causal, max_kv_len=max_kv_len,
         )
         if g is None:
-            self.va_metadata.plans = self._va_eager_plans(eager, (bs, n, causal, tree_mask is None, max_kv_len))
+            self.va_metadata.plans = self._va_eager_plans(bufs, (bs, n, causal, tree_mask is None, max_kv_len))
         # Code that inspects forward_metadata (the test kit's CUDA-graph
         # invariants: indptr monotonic, lengths >= 0) sees ours.
         self.forward_metadata = self.va_metadata
 
-    def _va_build_cuda(self, forward_batch, g, bs, raw_bs, n, seq_lens, draft_slots, cap, mask, own):
-        """The batch's metadata on the GPU: one verify_attn launch (indptrs,
+    def _va_build_cuda(self, forward_batch, bufs, bs, raw_bs, n, seq_lens, draft_slots, mask, own):
+        """The batch's metadata on the GPU, into ``bufs`` (_va_buffers: the
+        CUDA-graph ones or eager mode's): one verify_attn launch (indptrs,
         lengths, draft slots, the QLEN_ONLY mask's bits) and SGLang's pack of
         the prefix slots into the same int32 page table. A FULL-layout mask
         (another producer's) is converted by torch."""
@@ -557,45 +558,32 @@ class VerifyAttnBackend(TritonAttnBackend):
         if (mask is not None and mask.dtype in (torch.bool, torch.uint8, torch.int8) and mask.is_contiguous()
                 and md.is_qlen_only_layout(mask, raw_bs, n, own)):
             draft_mask = mask.view(-1)
-        out = None
-        if g is not None:
-            out = va.VerifyMetadata(g["qo_indptr"], g["kv_indptr"], g["kv_indices"], g["kv_len"],
-                                    g["tree_mask"] if draft_mask is not None else None)
-        m = va.uniform_verify_metadata(seq_lens, draft_slots, n, draft_mask=draft_mask, kv_indices_capacity=cap,
-                                       out=out)
+        out = va.VerifyMetadata(bufs["qo_indptr"], bufs["kv_indptr"], bufs["kv_indices"], bufs["kv_len"],
+                                bufs["tree_mask"] if draft_mask is not None else None)
+        m = va.uniform_verify_metadata(seq_lens, draft_slots, n, draft_mask=draft_mask, out=out)
         self._va_pack_prefix(forward_batch, bs, seq_lens, m.kv_indptr, m.kv_indices)
         tree_mask = m.tree_mask
         if mask is not None and draft_mask is None:
-            tree_mask = self._va_torch_mask(forward_batch, g, bs, raw_bs, n, seq_lens, mask, own)
+            tree_mask = self._va_torch_mask(forward_batch, bufs, bs, raw_bs, n, seq_lens, mask, own)
         return m.qo_indptr, m.kv_indptr, m.kv_indices, m.kv_len, tree_mask
 
-    def _va_build_torch(self, forward_batch, g, bs, raw_bs, n, seq_lens, draft_slots, cap, mask, own):
+    def _va_build_torch(self, forward_batch, bufs, bs, raw_bs, n, seq_lens, draft_slots, mask, own):
         """The same metadata through torch alone (CPU tensors: the CI tests)."""
-        dev = seq_lens.device
-        if g is not None:
-            qo_indptr = g["qo_indptr"][: bs + 1]
-            kv_indptr = md.verify_kv_indptr(seq_lens, n, out=g["kv_indptr"])
-            kv_len = md.verify_kv_len(seq_lens, n, out=g["kv_len"])
-            idx64, idx32 = g["kv_indices64"], g["kv_indices"]
-        else:
-            qo_indptr = md.uniform_qo_indptr(bs, n, device=dev)
-            kv_indptr = md.verify_kv_indptr(seq_lens, n)
-            kv_len = md.verify_kv_len(seq_lens, n)
-            idx64 = torch.zeros(cap, dtype=torch.int64, device=dev)
-            idx32 = torch.empty(cap, dtype=torch.int32, device=dev)
+        qo_indptr = bufs["qo_indptr"][: bs + 1]
+        kv_indptr = md.verify_kv_indptr(seq_lens, n, out=bufs["kv_indptr"])
+        kv_len = md.verify_kv_len(seq_lens, n, out=bufs["kv_len"])
+        idx64, idx32 = bufs["kv_indices64"], bufs["kv_indices"]
         self._va_pack_prefix(forward_batch, bs, seq_lens, kv_indptr, idx64)
         md.scatter_draft_slots(idx64, kv_indptr, seq_lens, draft_slots, n)
         idx32.copy_(idx64)
         tree_mask = None
         if mask is not None:
-            tree_mask = self._va_torch_mask(forward_batch, g, bs, raw_bs, n, seq_lens, mask, own)
+            tree_mask = self._va_torch_mask(forward_batch, bufs, bs, raw_bs, n, seq_lens, mask, own)
         return qo_indptr, kv_indptr, idx32, kv_len, tree_mask
 
-    def _va_torch_mask(self, forward_batch, g, bs, raw_bs, n, seq_lens, mask, own):
-        mask_out = pad_rows = None
-        if g is not None:
-            mask_out = g["tree_mask"]
-            pad_rows = g["causal_rows"] if g["causal_rows"].shape[0] == n else None  # None: built per call
+    def _va_torch_mask(self, forward_batch, bufs, bs, raw_bs, n, seq_lens, mask, own):
+        # bufs["n"] == n (the CUDA-graph buffers refuse another count; eager ones are remade for it)
+        mask_out, pad_rows = bufs["tree_mask"], bufs["causal_rows"]
         cpu_lens = forward_batch.seq_lens_cpu
         if cpu_lens is not None and cpu_lens.numel() < raw_bs:
             cpu_lens = None
