@@ -88,11 +88,10 @@ device)
     # PYTORCH_NO_CUDA_MEMORY_CACHING=1: every tensor its own cudaMalloc, so
     # memcheck sees a read past a tensor (the KV pool of the bad-index cases)
     # instead of a read inside the caching allocator's larger segment.
-    # racecheck runs the MLA cases on the portable mma.sync path: on the sm_90a
-    # wgmma path it reports write-write hazards between the consumers' P stores
-    # (over a K tile's block 8) and the producer's cp.async refill of that
-    # block, which an mbarrier (empty -> full) orders and racecheck does not
-    # model (see docs/gpu_workflow.md).
+    # racecheck runs every case on the one-tile mma.sync kernels: it does not
+    # model an mbarrier-ordered hand-off (the sm_90a MLA kernels' P stores
+    # against the producer's refill, the warp-role kernels' cp.async stages)
+    # and reports those as hazards (docs/gpu_workflow.md).
     # initcheck runs the TMA kernel with its unsplit output stored from
     # registers (--o_tma=off): initcheck does not see the copy engine's
     # stores, so every later read of a TMA-stored output row is reported as
@@ -100,7 +99,7 @@ device)
     # the TMA stores.
     for tool in ${SANITIZERS:-memcheck racecheck initcheck synccheck}; do
       force=""; o_tma=on
-      [[ "$tool" == racecheck ]] && force="mla_m32n32_s1"
+      [[ "$tool" == racecheck ]] && force="mla_m32n32_s1,gqa_d64_m64n64_s2,gqa_d128_m64n64_s2,gqa_d256_m64n32_s2"
       [[ "$tool" == initcheck ]] && o_tma=off
       (cd /tmp && PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
           compute-sanitizer --tool "$tool" --error-exitcode 3 \

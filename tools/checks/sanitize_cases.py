@@ -12,11 +12,13 @@ Run by tools/gpu_run.sh under memcheck, racecheck and initcheck:
 
     compute-sanitizer --tool memcheck --error-exitcode 3 python3 tools/checks/sanitize_cases.py
 
---config TAG runs every call that it serves on that configuration (racecheck
-runs the MLA cases on the portable kernel: verify_attn.Tuning(config=...);
---config=gqa_d128_roles_m256n64, the warp-role GQA kernel with 256 rows per
-CTA that the plan never picks, runs every head_dim 128 GQA case, the
-bad-index ones included);
+--config TAG[,TAG...] runs every call that a tag serves on that configuration
+(verify_attn.Tuning(config=...); a tag serves MLA calls if it starts with
+"mla_", head_dim d GQA calls if it starts with "gqa_d<d>_"; the plan chooses
+for the others). racecheck runs on the one-tile kernels, the only ones whose
+hand-offs it models (gpu_run.sh); --config=gqa_d128_roles_m256n64, the
+warp-role GQA kernel with 256 rows per CTA that the plan never picks, runs
+every head_dim 128 GQA case, the bad-index ones included;
 --o_tma=off stores the unsplit output from registers (initcheck does not see
 the copy engine's stores).
 """
@@ -52,7 +54,7 @@ def make_case(rng, *, mla, paged, dtype, batch, q_len, prefix, heads, hkv, d, pa
         k = torch.randn(rows, hkv, dqk, device=dev, dtype=dtype)
         v = None if mla else torch.randn(rows, hkv, dvo, device=dev, dtype=dtype)
         args = (q, k, v, qo_indptr, kv_indptr)
-        fn, ref = functools.partial(verify_attn.tree_attention_flat, tuning=TUNING), reference.reference_attention_flat
+        fn, ref = functools.partial(verify_attn.tree_attention_flat, tuning=tuning_for(mla, d)), reference.reference_attention_flat
         kw = {}
     else:
         pages = [(n + page_size - 1) // page_size for n in kv_lens]
@@ -65,7 +67,7 @@ def make_case(rng, *, mla, paged, dtype, batch, q_len, prefix, heads, hkv, d, pa
         v = None if mla else torch.randn(num_pages, page_size, hkv, dvo, device=dev, dtype=dtype)
         kv_len = torch.tensor(kv_lens, dtype=torch.int32, device=dev)
         args = (q, k, v, qo_indptr, kv_indptr, perm, kv_len)
-        fn, ref = functools.partial(verify_attn.tree_attention_paged, tuning=TUNING), reference.reference_attention_paged
+        fn, ref = functools.partial(verify_attn.tree_attention_paged, tuning=tuning_for(mla, d)), reference.reference_attention_paged
         if kv_slot_runs > 1:  # the hint: sm_90 MLA takes the TMA kernel, boxing runs, gathering the rest
             fn = functools.partial(fn, kv_slot_runs=kv_slot_runs)
         kw = {}
@@ -117,13 +119,14 @@ def bad_index_case(rng, *, mla, splits, page_size=None, kv_slot_runs=1):
         bad[kvp[req] + pos] = val
     hint = {"kv_slot_runs": kv_slot_runs} if kv_slot_runs > 1 else {}
     verify_attn.check_errors()
-    if hint and torch.cuda.get_device_capability() == (9, 0) and not TUNING.config:
+    tuning = tuning_for(mla, dqk)
+    if hint and torch.cuda.get_device_capability() == (9, 0) and not tuning.config:
         name = verify_attn.plan_info(q, k, v, qo, kv_indptr, bad, kv_len, tree_mask=tree, max_q_len=max(q_lens),
-                                     max_kv_len=max(kv_lens), num_splits=splits, tuning=TUNING, **hint)["name"]
+                                     max_kv_len=max(kv_lens), num_splits=splits, tuning=tuning, **hint)["name"]
         assert name.endswith("mla_wgmma_seesaw_tma_rows"), name
     out = verify_attn.tree_attention_paged(q, k, v, qo, kv_indptr, bad, kv_len, tree_mask=tree,
                                            max_q_len=max(q_lens), max_kv_len=max(kv_lens), num_splits=splits,
-                                           tuning=TUNING, **hint)
+                                           tuning=tuning, **hint)
     try:
         verify_attn.check_errors()
         flagged, msg = None, "no error raised"
@@ -143,17 +146,26 @@ def bad_index_case(rng, *, mla, splits, page_size=None, kv_slot_runs=1):
     return ok
 
 
-TUNING = verify_attn.Tuning()
+CONFIGS = []
+O_TMA = True
+
+
+def tuning_for(mla, d):
+    """The Tuning of an MLA call (mla) or a GQA call of head_dim d: the first --config tag serving it."""
+    prefix = "mla_" if mla else "gqa_d%d_" % d
+    tag = next((c for c in CONFIGS if c.startswith(prefix)), "")
+    return verify_attn.Tuning(config=tag, o_tma=O_TMA)
 
 
 def main(argv=None):
-    global TUNING
+    global CONFIGS, O_TMA
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", default="", help="a configuration tag (verify_attn.Tuning.config)")
+    ap.add_argument("--config", default="", help="configuration tags, comma-separated (verify_attn.Tuning.config)")
     ap.add_argument("--o_tma", choices=("on", "off"), default="on",
                     help="off: the unsplit output stored from registers")
     args = ap.parse_args(argv)
-    TUNING = verify_attn.Tuning(config=args.config, o_tma=args.o_tma == "on")
+    CONFIGS = [c for c in args.config.split(",") if c]
+    O_TMA = args.o_tma == "on"
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     torch.manual_seed(seed)
