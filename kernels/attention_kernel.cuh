@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(Shape::kThreads, VA_MIN_BLOCKS(Shape))
       }
     }
 
-    // ---- scale, mask (draft / boundary tiles only), row max ----
+    // ---- mask (draft / boundary tiles only), scaled row max ----
     const int j0 = it * N;
     float mx[2];
     scale_mask_row_max<NT_S>(s, rmask, rows, j0, N, wn * NW, t4, p.scale_log2, mx);
@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(Shape::kThreads, VA_MIN_BLOCKS(Shape))
 
     // ---- online softmax, P -> shared memory ----
     float alpha[2];
-    softmax_tile<NT_S>(s, sm, mx, alpha);
+    softmax_tile<NT_S>(s, sm, mx, p.scale_log2, alpha);
 #pragma unroll
     for (int j = 0; j < NT_S; ++j) {
       *reinterpret_cast<uint32_t*>(p_store + j * 8) = DTypeTraits<DT>::pack(s[j][0], s[j][1]);

@@ -162,11 +162,14 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_kernel(const Ker
         mma_m16n8k16<DT>(s[2 * pp + 1], q[kk], b[2], b[3]);
       }
 
-    // ---- scale, mask (draft / boundary tiles only), online softmax ----
+    // ---- mask (draft / boundary tiles only), online softmax ----
     float mx[2];
-    scale_mask_row_max<NT>(s, rmask, rows, (rt.tile_begin + i) * N, N, 0, t4, p.scale_log2, mx);
+    // A masked tile's visibility as one 64-bit word per row (RequestMask::tile_bits),
+    // not a mask-word load per element.
+    scale_mask_row_max_bits<NT>(s, rmask, [&](int h) { return rows[h]; }, (rt.tile_begin + i) * N, t4, p.scale_log2,
+                                mx);
     float alpha[2];
-    softmax_tile<NT>(s, sm, mx, alpha);
+    softmax_tile<NT>(s, sm, mx, p.scale_log2, alpha);
     uint32_t pa[N / 16][4];
     scores_to_a_operand<NT, DT>(s, pa);
     rescale_rows<NTO>(o, alpha);

@@ -204,7 +204,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_r32_kernel(const
     __syncwarp();
     if (lane == 0) mbar_arrive(empty + kK);  // this warp's reads of K are done: the next K may land
 
-    // ---- scale, mask (draft / boundary tiles only), online softmax ----
+    // ---- mask (draft / boundary tiles only), online softmax ----
     const int j0 = (s_rt.tile_begin + i) * N;
     const RequestMask rmask{s_rt.kv_len, s_rt.prefix, p.mask_words, p.causal != 0};
     uint32_t pa[MT][N / 16][4];
@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_r32_kernel(const
       scale_mask_row_max_bits<NT>(
           s[mi], rmask, [&](int h) { return row_mask(p, s_rt, s_rt.row0 + wr0 + 16 * mi + g + 8 * h); }, j0, t4,
           p.scale_log2, mx);
-      softmax_tile_quad<NT>(s[mi], sm, mi, t4, mx, alpha[mi], rowsum[mi]);
+      softmax_tile_quad<NT>(s[mi], sm, mi, t4, mx, p.scale_log2, alpha[mi], rowsum[mi]);
       scores_to_a_operand<NT, DT>(s[mi], pa[mi]);
       rescale_rows<NTO>(o[mi], alpha[mi]);
     }

@@ -222,12 +222,12 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
         s[j][3] += x.w;
       }
 
-      // ---- scale, mask (draft / boundary tiles only), row max ----
+      // ---- mask (draft / boundary tiles only), scaled row max ----
       const int j0 = (tile_begin + i) * N;
       float mx[2];
       scale_mask_row_max<NT>(s, rmask, rows, j0, N, 0, t4, p.scale_log2, mx);
       float alpha[2];
-      softmax_tile<NT>(s, sm, mx, alpha);
+      softmax_tile<NT>(s, sm, mx, p.scale_log2, alpha);
       publish_p<NT, PS>(s, alpha, p_store + b * M * PS, sAlpha + b * M + warp * 16, g, t4, true, b, kFullP,
                         kEmptyP, CT);
     }

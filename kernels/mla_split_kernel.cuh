@@ -174,12 +174,12 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_split_kernel(const Ker
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[j][e] += theirs[(j * 4 + e) * 32];
 
-      // ---- scale, mask (draft / boundary tiles only), row max ----
+      // ---- mask (draft / boundary tiles only), scaled row max ----
       const int j0 = (tile_begin + i) * N;
       float mx[2];
       scale_mask_row_max<NT>(s, rmask, rows, j0, N, 0, t4, p.scale_log2, mx);
       float alpha[2];
-      softmax_tile<NT>(s, sm, mx, alpha);
+      softmax_tile<NT>(s, sm, mx, p.scale_log2, alpha);
       publish_p<NT, PS>(s, alpha, p_store + b * M * PS, sAlpha + b * M + rg * 16, g, t4, dh == 0, b, kFullP,
                         kEmptyP, CT);
     }

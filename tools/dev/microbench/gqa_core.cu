@@ -358,9 +358,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     for (int mi = 0; mi < MT; ++mi) {
       float(&s)[NT][4] = sc[0][mi];
       float mx[2];
-      verify_attn::scale_row_max<NT>(s, scale_log2, mx);  // an unmasked tile
+      verify_attn::thread_row_max<NT>(s, mx);  // an unmasked tile
+      verify_attn::quad_scaled_max(mx, scale_log2);
       float alpha[2];
-      verify_attn::softmax_tile<NT>(s, sm[mi], mx, alpha);
+      verify_attn::softmax_tile<NT>(s, sm[mi], mx, scale_log2, alpha);
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         pa[mi][j / 2][(j & 1) * 2] = verify_attn::DTypeTraits<bf16>::pack(s[j][0], s[j][1]);
