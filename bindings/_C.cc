@@ -135,7 +135,7 @@ class PlanHandle {
 #define VA_PARAMS_FIELDS(F, P)                                                                   \
   F(struct_size) F(abi_version) F(dtype) F(kv_layout) F(mask_mode) F(batch_size) F(total_q)     \
   F(max_q_len) F(max_kv_len) F(num_qo_heads) F(num_kv_heads) F(head_dim_qk) F(head_dim_vo)      \
-  F(v_is_k_prefix) F(sm_scale)                                                                  \
+  F(v_is_k_prefix) F(sm_scale) F(kv_dtype) F(k_scale) F(v_scale)                               \
   P(q, const void*) F(q_stride_token) F(q_stride_head)                                          \
   P(k, const void*) F(k_stride_page) F(k_stride_token) F(k_stride_head)                         \
   P(v, const void*) F(v_stride_page) F(v_stride_token) F(v_stride_head)                         \
@@ -188,6 +188,8 @@ PYBIND11_MODULE(_C, m) {
   m.attr("ABI_VERSION") = VA_ABI_VERSION;
   m.attr("DTYPE_FP16") = static_cast<int>(VA_DTYPE_FP16);
   m.attr("DTYPE_BF16") = static_cast<int>(VA_DTYPE_BF16);
+  m.attr("KV_DTYPE_AS_Q") = static_cast<int>(VA_KV_DTYPE_AS_Q);
+  m.attr("KV_DTYPE_FP8_E4M3") = static_cast<int>(VA_KV_DTYPE_FP8_E4M3);
   m.attr("MASK_TREE") = static_cast<int>(VA_MASK_TREE);
   m.attr("MASK_CAUSAL") = static_cast<int>(VA_MASK_CAUSAL);
   m.attr("KV_FLAT") = static_cast<int>(VA_KV_FLAT);

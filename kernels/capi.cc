@@ -19,6 +19,9 @@ extern "C" void va_params_init(va_params* p) {
   p->num_qo_heads = 1;
   p->page_size = 1;
   p->sm_scale = 1.0f;
+  p->kv_dtype = VA_KV_DTYPE_AS_Q;
+  p->k_scale = 1.0f;
+  p->v_scale = 1.0f;
 }
 
 extern "C" int32_t va_abi_version(void) { return VA_ABI_VERSION; }

@@ -22,6 +22,14 @@ namespace {
 
 bool aligned(const void* ptr, uintptr_t a) { return (reinterpret_cast<uintptr_t>(ptr) % a) == 0; }
 
+// The scores' factor to base-2 logits: sm_scale x log2(e), times k_scale (an
+// fp8 cache holds K / k_scale: q . K = k_scale (q . stored), so the factor
+// takes it and the kernels never touch the stored values but to convert them).
+float kernel_scale_log2(const va_params* p) {
+  return static_cast<float>(static_cast<double>(p->sm_scale) * static_cast<double>(p->k_scale) *
+                            1.4426950408889634);
+}
+
 // Scalar configuration: everything but buffers. Shared by all three calls.
 va_status validate_config(const va_params* p) {
   if (p == nullptr) return va_fail(VA_ERR_NULL_POINTER, "params: NULL");
@@ -98,6 +106,25 @@ va_status validate_config(const va_params* p) {
   if (p->sm_scale > FLT_MAX / 1.4426950408889634f)
     return va_fail(VA_ERR_INVALID_VALUE, "sm_scale: must be <= %g (sm_scale * log2(e) overflows) (got %g)",
                    static_cast<double>(FLT_MAX / 1.4426950408889634f), static_cast<double>(p->sm_scale));
+  if (p->kv_dtype != VA_KV_DTYPE_AS_Q && p->kv_dtype != VA_KV_DTYPE_FP8_E4M3)
+    return va_fail(VA_ERR_INVALID_DTYPE,
+                   "kv_dtype: must be VA_KV_DTYPE_AS_Q or VA_KV_DTYPE_FP8_E4M3 (got %d)", p->kv_dtype);
+  const bool fp8 = p->kv_dtype == VA_KV_DTYPE_FP8_E4M3;
+  const struct {
+    float v;
+    const char* name;
+  } scales[2] = {{p->k_scale, "k_scale"}, {p->v_scale, "v_scale"}};
+  for (const auto& sc : scales) {
+    if (!fp8 && sc.v != 1.f)
+      return va_fail(VA_ERR_INVALID_VALUE, "%s: only an fp8 cache (kv_dtype VA_KV_DTYPE_FP8_E4M3) takes a scale (got %g)",
+                     sc.name, static_cast<double>(sc.v));
+    if (!std::isfinite(sc.v) || !(sc.v > 0.f))
+      return va_fail(VA_ERR_INVALID_VALUE, "%s: must be finite and > 0 (got %g)", sc.name, static_cast<double>(sc.v));
+  }
+  // The kernels scale the scores by sm_scale * k_scale * log2(e) (kernel_scale_log2).
+  if (!std::isfinite(kernel_scale_log2(p)))
+    return va_fail(VA_ERR_INVALID_VALUE, "k_scale: sm_scale * k_scale * log2(e) overflows a float (k_scale %g, sm_scale %g)",
+                   static_cast<double>(p->k_scale), static_cast<double>(p->sm_scale));
   if (p->num_splits < 0)
     return va_fail(VA_ERR_INVALID_VALUE, "num_splits: must be >= 0 (got %d)", p->num_splits);
   if (p->num_splits > 65535)  // before planning: no device needed to refuse it
@@ -142,11 +169,13 @@ va_status check_ptr4(const void* ptr, const char* name) {
   return VA_OK;
 }
 
-// Element stride of a 16-bit tensor: >= 0 and a multiple of 8 (16-byte rows).
-va_status check_stride(int64_t s, const char* name) {
-  if (s < 0 || s % 8 != 0)
+// Element stride of a tensor of elem_bytes-byte elements: >= 0 and a
+// multiple of 16 bytes (16-byte row chunks).
+va_status check_stride(int64_t s, const char* name, int elem_bytes = 2) {
+  const int per16 = 16 / elem_bytes;
+  if (s < 0 || s % per16 != 0)
     return va_fail(VA_ERR_INVALID_STRIDE,
-                   "%s: must be >= 0 and a multiple of 8 elements (16 bytes) (got %lld)", name,
+                   "%s: must be >= 0 and a multiple of %d elements (16 bytes) (got %lld)", name, per16,
                    static_cast<long long>(s));
   return VA_OK;
 }
@@ -232,13 +261,14 @@ va_status validate_strides(const va_params* p) {
   const bool paged = p->kv_layout == VA_KV_PAGED;
   VA_RETURN_IF(check_stride(p->q_stride_token, "q_stride_token"));
   VA_RETURN_IF(check_stride(p->q_stride_head, "q_stride_head"));
-  VA_RETURN_IF(check_stride(p->k_stride_token, "k_stride_token"));
-  VA_RETURN_IF(check_stride(p->k_stride_head, "k_stride_head"));
-  if (paged) VA_RETURN_IF(check_stride(p->k_stride_page, "k_stride_page"));
+  const int kv_bytes = p->kv_dtype == VA_KV_DTYPE_FP8_E4M3 ? 1 : 2;
+  VA_RETURN_IF(check_stride(p->k_stride_token, "k_stride_token", kv_bytes));
+  VA_RETURN_IF(check_stride(p->k_stride_head, "k_stride_head", kv_bytes));
+  if (paged) VA_RETURN_IF(check_stride(p->k_stride_page, "k_stride_page", kv_bytes));
   if (!mla) {
-    VA_RETURN_IF(check_stride(p->v_stride_token, "v_stride_token"));
-    VA_RETURN_IF(check_stride(p->v_stride_head, "v_stride_head"));
-    if (paged) VA_RETURN_IF(check_stride(p->v_stride_page, "v_stride_page"));
+    VA_RETURN_IF(check_stride(p->v_stride_token, "v_stride_token", kv_bytes));
+    VA_RETURN_IF(check_stride(p->v_stride_head, "v_stride_head", kv_bytes));
+    if (paged) VA_RETURN_IF(check_stride(p->v_stride_page, "v_stride_page", kv_bytes));
   }
   VA_RETURN_IF(check_stride(p->out_stride_token, "out_stride_token"));
   VA_RETURN_IF(check_stride(p->out_stride_head, "out_stride_head"));
@@ -312,7 +342,8 @@ KernelParams make_kernel_params(const va_params* p, const Plan& plan) {
   kp.num_qo_heads = p->num_qo_heads;
   kp.num_kv_heads = p->num_kv_heads;
   kp.group = plan.group;
-  kp.scale_log2 = static_cast<float>(static_cast<double>(p->sm_scale) * 1.4426950408889634);
+  kp.scale_log2 = kernel_scale_log2(p);
+  kp.v_scale = p->v_scale;
   kp.num_splits = plan.splits;
   kp.ws_rows = plan.ws_rows;
   kp.grid_rows_fastest = plan.grid_rows_fastest ? 1 : 0;

@@ -10,7 +10,10 @@
 //   load warps      wait until the stage is free, gather its N rows of K and
 //                   V (zero rows past kv_len or at a bad index, which is
 //                   flagged) with cp.async, each thread's copies completing on
-//                   the stage's `full` mbarrier;
+//                   the stage's `full` mbarrier; from an fp8 cache (KvFp8
+//                   shapes) each thread reads its part of the row into
+//                   registers before the wait, then converts and stores it
+//                   (kernels/loaders/fp8_rows.cuh) and arrives on `full`;
 //   consumer warps  each 16 rows x every column of the tile, as
 //                   FlashAttention-2 splits a tile between warps: wait `full`,
 //                   S = Q K^T with the warp's Q fragments held in registers for
@@ -21,7 +24,8 @@
 //                   accumulators to the A operand of O += P V, then the stage
 //                   released.
 // After the loop the consumers normalize and store O (or the split's partial
-// O and lse) once the load warps are done (the bad-index flag).
+// O and lse; times v_scale for an fp8 cache) once the load warps are done
+// (the bad-index flag).
 #ifndef VERIFY_ATTN_GQA_ROLES_KERNEL_CUH_
 #define VERIFY_ATTN_GQA_ROLES_KERNEL_CUH_
 
@@ -36,6 +40,7 @@
 #include "kernels/core/softmax.cuh"
 #include "kernels/core/types.cuh"
 #include "kernels/launch.h"
+#include "kernels/loaders/fp8_rows.cuh"
 #include "kernels/loaders/tile_copy.cuh"
 #include "kernels/plan.h"
 #include "kernels/sm90/sync.cuh"
@@ -55,6 +60,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_kernel(const Ker
   constexpr int NTO = D / 8;   // n8 output tiles of a warp (every value column)
   static_assert(M == 16 * CW && N % 16 == 0 && NT % 2 == 0 && NTO % 2 == 0, "tile shape");
   constexpr int kDone = 1;     // named barrier (0 is __syncthreads)
+  constexpr bool kFp8 = IsKvFp8<Shape>::value;  // the cache holds e4m3 (kernels/loaders/fp8_rows.cuh)
 
   extern __shared__ __align__(16) unsigned char smem[];
   DT* sK = reinterpret_cast<DT*>(smem);                                 // [STAGES][N][KS]
@@ -82,18 +88,41 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_kernel(const Ker
     const CtaCoord cc = cta_coord<Shape::kRowsGrid>(p);
     const Loader loader(p, cc.req, cc.hk);
     const int visits = rt.tile_end - rt.tile_begin;
-    const DT* gk = static_cast<const DT*>(p.k);
-    const DT* gv = static_cast<const DT*>(p.v);
     const int lt = tid - 32 * CW;
     // Each thread copies one row of every tile (32 x LW threads, N rows): it
     // resolves the row's address (for a paged cache, a kv_indices load) before
     // waiting for the stage, so that the load's latency overlaps the wait.
     static_assert((32 * LW) % N == 0, "one row per load thread and tile");
+    constexpr int kTpr = 32 * LW / N;  // threads per row
+    if constexpr (kFp8) {
+      // Its part of the row's K and V (fp8 bytes) into registers before the
+      // wait too, then converted into the free stage.
+      const uint8_t* gk = static_cast<const uint8_t*>(p.k);
+      const uint8_t* gv = static_cast<const uint8_t*>(p.v);
+      const int row = lt / kTpr, sub = lt % kTpr;
+      for (int i = 0; i < visits; ++i) {
+        const int st = i % STAGES;
+        int64_t k_off = 0, v_off = 0;
+        const bool ok =
+            KvTileRows<Loader>{loader, (rt.tile_begin + i) * N, rt.kv_len, &s_bad_kv}(row, &k_off, &v_off);
+        Fp8RowChunks<D / 16 / kTpr, kTpr> kc, vc;
+        kc.load(gk + k_off, ok, sub);
+        vc.load(gv + v_off, ok, sub);
+        if (i >= STAGES) mbar_wait(empty + st, static_cast<uint32_t>((i / STAGES) & 1) ^ 1u);
+        kc.store(sK + st * N * KS + row * KS, sub);
+        vc.store(sV + st * N * KS + row * KS, sub);
+        mbar_arrive(full + st);  // release: the stores above before the consumers' reads
+      }
+      sm90::named_barrier_arrive(kDone, Shape::kThreads);
+      return;
+    }
+    const DT* gk = static_cast<const DT*>(p.k);
+    const DT* gv = static_cast<const DT*>(p.v);
     for (int i = 0; i < visits; ++i) {
       const int st = i % STAGES;
       int64_t k_off = 0, v_off = 0;
       const bool ok = KvTileRows<Loader>{loader, (rt.tile_begin + i) * N, rt.kv_len, &s_bad_kv}(
-          lt / (32 * LW / N), &k_off, &v_off);
+          lt / kTpr, &k_off, &v_off);
       if (i >= STAGES) mbar_wait(empty + st, static_cast<uint32_t>((i / STAGES) & 1) ^ 1u);
       copy_rows_async<N, 32 * LW, D, KS, D, KS, true>(
           sK + st * N * KS, sV + st * N * KS, gk, gv,

@@ -12,7 +12,10 @@
 //   load warps      resolve their row of the tile (zero rows past kv_len or at
 //                   a bad index, which is flagged), wait until the K buffer is
 //                   released, gather K with cp.async completing on K's `full`,
-//                   then the same for V;
+//                   then the same for V; from an fp8 cache (KvFp8 shapes) each
+//                   thread reads its part of the row into registers before
+//                   the wait, then converts and stores it
+//                   (kernels/loaders/fp8_rows.cuh) and arrives on `full`;
 //   consumer warps  each 32 rows x every column of the tile (two m16 tiles,
 //                   each K / V fragment feeding both): wait K's `full`, S =
 //                   Q K^T with Q re-read from shared memory (fragment order,
@@ -26,8 +29,8 @@
 //                   release V (the next V lands under the next Q K^T).
 // A consumer warp whose rows all lie past the request skips the loop (the
 // empty barriers count only the warps with rows). After the loop the
-// consumers normalize and store O (or the split's partial O and lse) once the
-// load warps are done (the bad-index flag).
+// consumers normalize and store O (or the split's partial O and lse; times
+// v_scale for an fp8 cache) once the load warps are done (the bad-index flag).
 #ifndef VERIFY_ATTN_GQA_ROLES_R32_KERNEL_CUH_
 #define VERIFY_ATTN_GQA_ROLES_R32_KERNEL_CUH_
 
@@ -42,6 +45,7 @@
 #include "kernels/core/softmax.cuh"
 #include "kernels/core/types.cuh"
 #include "kernels/launch.h"
+#include "kernels/loaders/fp8_rows.cuh"
 #include "kernels/loaders/tile_copy.cuh"
 #include "kernels/plan.h"
 #include "kernels/sm90/sync.cuh"
@@ -63,6 +67,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_r32_kernel(const
   static_assert(MT == 2 && M == 16 * MT * CW && N % 16 == 0 && NT % 2 == 0 && NTO % 2 == 0, "tile shape");
   constexpr int kDone = 1;  // named barrier (0 is __syncthreads)
   constexpr int kK = 0, kV = 1;  // the buffers' barriers: full[kK], empty[kK], full[kV], empty[kV]
+  constexpr bool kFp8 = IsKvFp8<Shape>::value;  // the cache holds e4m3 (kernels/loaders/fp8_rows.cuh)
 
   extern __shared__ __align__(16) unsigned char smem[];
   uint4* sQ = reinterpret_cast<uint4*>(smem);                              // [CW][MT][KT][32 lanes] fragments
@@ -92,15 +97,40 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_r32_kernel(const
     const CtaCoord cc = cta_coord<Shape::kRowsGrid>(p);
     const Loader loader(p, cc.req, cc.hk);
     const int visits = rt.tile_end - rt.tile_begin;
-    const DT* gk = static_cast<const DT*>(p.k);
-    const DT* gv = static_cast<const DT*>(p.v);
     const int lt = tid - 32 * CW;
     // Each thread copies its part of one row of every tile (32 x LW threads,
     // N rows): it resolves the row's address (for a paged cache, a kv_indices
     // load) before waiting for the K buffer, so that the load's latency
     // overlaps the wait.
     static_assert((32 * LW) % N == 0, "one row per load thread and tile");
-    const int row = lt / (32 * LW / N);
+    constexpr int kTpr = 32 * LW / N;  // threads per row
+    const int row = lt / kTpr;
+    if constexpr (kFp8) {
+      // Its part of the row's K (fp8 bytes) into registers before K's wait,
+      // then converted into the free buffer; then the same for V.
+      const uint8_t* gk = static_cast<const uint8_t*>(p.k);
+      const uint8_t* gv = static_cast<const uint8_t*>(p.v);
+      const int sub = lt % kTpr;
+      for (int i = 0; i < visits; ++i) {
+        const uint32_t released = static_cast<uint32_t>(i & 1) ^ 1u;  // parity of tile i - 1's release
+        int64_t k_off = 0, v_off = 0;
+        const bool ok =
+            KvTileRows<Loader>{loader, (rt.tile_begin + i) * N, rt.kv_len, &s_bad_kv}(row, &k_off, &v_off);
+        Fp8RowChunks<D / 16 / kTpr, kTpr> c;
+        c.load(gk + k_off, ok, sub);
+        if (i > 0) mbar_wait(empty + kK, released);
+        c.store(sK + row * KS, sub);
+        mbar_arrive(full + kK);  // release: the stores above before the consumers' reads
+        c.load(gv + v_off, ok, sub);
+        if (i > 0) mbar_wait(empty + kV, released);
+        c.store(sV + row * KS, sub);
+        mbar_arrive(full + kV);
+      }
+      sm90::named_barrier_arrive(kDone, Shape::kThreads);
+      return;
+    }
+    const DT* gk = static_cast<const DT*>(p.k);
+    const DT* gv = static_cast<const DT*>(p.v);
     for (int i = 0; i < visits; ++i) {
       const uint32_t released = static_cast<uint32_t>(i & 1) ^ 1u;  // parity of tile i - 1's release
       int64_t k_off = 0, v_off = 0;

@@ -55,7 +55,8 @@ struct KernelParams {
   int32_t num_qo_heads;
   int32_t num_kv_heads;
   int32_t group;       // num_qo_heads / num_kv_heads
-  float scale_log2;    // sm_scale * log2(e)
+  float scale_log2;    // sm_scale * log2(e), times k_scale for an fp8 cache
+  float v_scale;       // fp8 caches: V = v_scale x the stored value, applied to O before its store
 
   int32_t num_splits;
   float* ws_o;         // [splits][total_q * Hq][Dv] fp32 (splits > 1)

@@ -1,5 +1,5 @@
 // Host-side launch of attention_kernel for one Loader: dispatch plan.config x
-// dtype to a template instance, set its shared-memory attribute once per
+// dtype (x the cache's fp8-ness) to a template instance, set its shared-memory attribute once per
 // device, launch on the caller's stream, then the merge when split.
 // Included by flat.cu and paged.cu only (each instantiates its own Loader).
 #ifndef VERIFY_ATTN_LAUNCH_ATTENTION_CUH_
@@ -146,6 +146,13 @@ va_status launch_shape(const KernelParams& kp, const Plan& plan, int dtype, void
 template <int ID, class Loader>
 va_status launch_config(const KernelParams& kp, const Plan& plan, int dtype, void* stream) {
   using Shape = typename ConfigShape<ID>::type;
+  if (plan.kv_fp8) {  // the instance whose load warps convert an e4m3 cache (kernels/plan.h, KvFp8)
+    if constexpr (kv_fp8_ok<Shape>()) {
+      return launch_shape<KvFp8<Shape>, Loader>(kp, plan, dtype, stream);
+    } else {
+      return va_fail(VA_ERR_UNSUPPORTED, "kv_dtype: configuration %s has no fp8-cache instance", plan.name);
+    }
+  }
   if constexpr (k_by_tma<Shape>()) {
     if constexpr (!(Shape::kRowsGather && !Loader::kPaged)) {  // (rows map: paged only)
       // The instance that skips invisible draft tiles (Plan::skip_draft_tiles).

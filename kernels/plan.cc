@@ -31,7 +31,7 @@ constexpr ConfigDesc make_desc(const char* tag) {
                     S::kM,        S::kN,         S::kWarps, S::kStages,
                     S::kSmemBytes, S::kMinBlocks, S::kWgmma ? 90 : 0, S::kWgmma,
                     tile_granule<S>(), S::kRowsGrid, k_by_tma<S>(), S::kSplitRoles,
-                    S::kClusterX};
+                    S::kClusterX, kv_fp8_ok<S>()};
 }
 
 const ConfigDesc kDescs[kNumConfigs] = {
@@ -52,9 +52,14 @@ const ConfigDesc kDescs[kNumConfigs] = {
 };
 
 // Split-K rule: only when the unsplit grid is under one wave; then aim at
-// about two waves of CTAs, but give every split at least this many KV tiles.
+// about two waves of CTAs, but give every split about this many KV tiles or
+// more (choose_splits: the sm_90a kernels' pairs / the portable kernels).
 constexpr int kMinTilesPerSplit = 4;
+constexpr int kMinPortableTilesPerSplit = 3;
 constexpr int kMaxAutoSplits = 128;
+// The 32-row GQA kernel only where each CTA keeps at least this many KV tiles
+// (make_plan).
+constexpr int kMinR32Tiles = 16;
 
 // The wgmma kernel has a body only in an sm_90a image (a plain sm_90 or
 // compute_90 image gets a stub that traps): never plan it without one.
@@ -202,8 +207,11 @@ int choose_splits(int64_t base_ctas, int64_t kv_tiles, int num_sms, int ctas_per
   // epilogue) of about 6 tiles. Each split adds its partial rows to write and
   // merge: a third of a tile per split on the portable kernels, a quarter on
   // the sm_90a kernels (fit to forced split counts on the H200's bench rows).
-  // The sm_90a kernels take up to ceil(kv_tiles / kMinTilesPerSplit) splits
-  // (shares of 3 and 4 tiles), and count a split grid's waves over 97% of the
+  // The portable kernels take up to ceil(kv_tiles / 3) splits (a few
+  // request-heads over a short KV range: the real-input ddtree16, 29 tiles
+  // over 9 request-heads, ran fastest at 10 splits of 3 tiles, BENCHMARKS.md
+  // table 5). The sm_90a kernels take up to ceil(kv_tiles / kMinTilesPerSplit)
+  // splits (shares of 3 and 4 tiles), and count a split grid's waves over 97% of the
   // SMs: the SM clock falls as more SMs are busy, so a grid that fills every
   // SM with fewer tiles each runs slower than one that leaves a few idle
   // (FlashMLA's single-request grids also use 128 of the H200's 132 SMs).
@@ -220,7 +228,7 @@ int choose_splits(int64_t base_ctas, int64_t kv_tiles, int num_sms, int ctas_per
   const int64_t cap = std::min<int64_t>(
       kMaxAutoSplits,
       std::max<int64_t>(1, pairs ? (kv_tiles + kMinTilesPerSplit - 1) / kMinTilesPerSplit
-                                 : kv_tiles / kMinTilesPerSplit));
+                                 : (kv_tiles + kMinPortableTilesPerSplit - 1) / kMinPortableTilesPerSplit));
   int best = 1;
   double best_cost = 0;
   for (int64_t s = 1; s <= cap; ++s) {
@@ -287,6 +295,7 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
   const int64_t rows_max = static_cast<int64_t>(std::max(p.max_q_len, 1)) * group;
   // (requests x KV heads x 8 <= num_sms, without the product's overflow)
   const bool few_request_heads = static_cast<int64_t>(p.batch_size) * p.num_kv_heads <= dev.num_sms / 8;
+  const bool kv_fp8 = p.kv_dtype == VA_KV_DTYPE_FP8_E4M3;
 
   // Candidate configurations, best first; the first that fits the device's
   // shared memory wins.
@@ -333,12 +342,14 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
     // the tiles the one-tile kernel walks one round trip at a time (BENCHMARKS.md
     // table 5: the real-input calls; from 64 request-heads on 132 SMs the
     // one-tile kernel's two CTAs per SM win again).
-    const bool roles = rows_max > 64 || few_request_heads;
+    // An fp8 cache takes the warp-role kernels at any row count (the only ones
+    // that convert it).
+    const bool roles = rows_max > 64 || few_request_heads || kv_fp8;
     if (rows_max >= 256 && image_ok(kCfgGqa64RolesM256, dev)) cands[n++] = kCfgGqa64RolesM256;
     if (roles && image_ok(kCfgGqa64Roles, dev)) cands[n++] = kCfgGqa64Roles;
     cands[n++] = kCfgGqa64M64N64S2;
   } else if (p.head_dim_qk == 128) {
-    const bool roles = rows_max > 64 || few_request_heads;  // as for head_dim 64
+    const bool roles = rows_max > 64 || few_request_heads || kv_fp8;  // as for head_dim 64
     if (rows_max >= 256 && image_ok(kCfgGqa128RolesM256, dev)) cands[n++] = kCfgGqa128RolesM256;
     if (roles && image_ok(kCfgGqa128Roles, dev)) cands[n++] = kCfgGqa128Roles;
     cands[n++] = kCfgGqa128M64N64S2;
@@ -346,12 +357,23 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
     cands[n++] = kCfgGqa256M64N32S2;
     cands[n++] = kCfgGqa256M64N32S1;
   }
+  if (kv_fp8) {  // only the configurations with fp8-cache instances
+    int kept = 0;
+    for (int i = 0; i < n; ++i)
+      if (kDescs[cands[i]].kv_fp8) cands[kept++] = cands[i];
+    n = kept;
+    if (n == 0)
+      return va_fail(VA_ERR_UNSUPPORTED,
+                     "kv_dtype: fp8 (e4m3) caches are served for GQA / MHA of head_dim 64 and 128 by the "
+                     "warp-role kernels (sm_90a / sm_120a images); not for %s on sm_%d",
+                     mla ? "MLA" : p.head_dim_qk == 256 ? "head_dim 256" : "this call", dev.sm_arch);
+  }
   int chosen = -1;
   // options.config: that configuration when it serves this call (else the
   // rules below choose).
   if (forced >= 0) {
     const ConfigDesc& fd = kDescs[forced];
-    const bool serves = fd.mla == mla && (mla || fd.head_dim_qk == p.head_dim_qk);
+    const bool serves = fd.mla == mla && (mla || fd.head_dim_qk == p.head_dim_qk) && (!kv_fp8 || fd.kv_fp8);
     const bool arch_ok =
         fd.only_arch == 0 || (fd.only_arch == dev.sm_arch && (!fd.wgmma || built_sm90a()));
     if (serves && arch_ok && image_ok(forced, dev) && layout_ok(forced, p) && cluster_grid_ok(forced, p) &&
@@ -370,29 +392,54 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
                    "(sm_%d; smallest needs %d)",
                    smem_cap, dev.sm_arch, kDescs[cands[n - 1]].smem_bytes);
   }
-  const ConfigDesc& d = kDescs[chosen];
-
-  const int64_t row_tiles = (rows_max + d.m - 1) / d.m;
-  if (row_tiles > 65535)
-    return va_fail(VA_ERR_UNSUPPORTED, "max_q_len: %d rows per KV head need %lld row tiles (> 65535)",
-                   p.max_q_len, static_cast<long long>(row_tiles));
   if (static_cast<int64_t>(p.batch_size) * p.num_kv_heads > 0x7fffffff)
     return va_fail(VA_ERR_INVALID_VALUE, "batch_size: batch_size * num_kv_heads exceeds 2^31-1");
-  const int64_t ctas = static_cast<int64_t>(p.batch_size) * p.num_kv_heads * row_tiles;
-  int64_t splits = 1;
-  if (p.num_splits > 0) {
-    splits = p.num_splits;
-  } else if (p.max_kv_len > 0 && ctas > 0) {
-    const int64_t kv_tiles = (p.max_kv_len + d.n - 1) / d.n;
-    // Resident CTAs per SM: what the kernel is compiled to fit (registers,
-    // __launch_bounds__ min blocks), bounded by shared memory (the per-SM
-    // pool is about the per-block opt-in limit + 1 KB).
-    const int by_smem = (smem_cap + 1024) / (d.smem_bytes + 1024);
-    const int per_sm = std::max(1, std::min(by_smem, d.min_blocks));
-    // A cluster's CTAs each hold an SM slot (the two CTAs of the cluster
-    // kernel share a row tile's work per KV tile): counted as CTAs.
-    splits = choose_splits(ctas * d.cluster_x, kv_tiles, dev.num_sms, per_sm, d.tile_granule);
+  // Row tiles, CTAs and split count of configuration `id`.
+  int64_t row_tiles = 0, splits = 1, kv_tiles = 0;
+  auto size_grid = [&](int id) -> va_status {
+    const ConfigDesc& d = kDescs[id];
+    row_tiles = (rows_max + d.m - 1) / d.m;
+    if (row_tiles > 65535)
+      return va_fail(VA_ERR_UNSUPPORTED, "max_q_len: %d rows per KV head need %lld row tiles (> 65535)",
+                     p.max_q_len, static_cast<long long>(row_tiles));
+    const int64_t ctas = static_cast<int64_t>(p.batch_size) * p.num_kv_heads * row_tiles;
+    kv_tiles = (p.max_kv_len + d.n - 1) / d.n;
+    splits = 1;
+    if (p.num_splits > 0) {
+      splits = p.num_splits;
+    } else if (p.max_kv_len > 0 && ctas > 0) {
+      // Resident CTAs per SM: what the kernel is compiled to fit (registers,
+      // __launch_bounds__ min blocks), bounded by shared memory (the per-SM
+      // pool is about the per-block opt-in limit + 1 KB).
+      const int by_smem = (smem_cap + 1024) / (d.smem_bytes + 1024);
+      const int per_sm = std::max(1, std::min(by_smem, d.min_blocks));
+      // A cluster's CTAs each hold an SM slot (the two CTAs of the cluster
+      // kernel share a row tile's work per KV tile): counted as CTAs.
+      splits = choose_splits(ctas * d.cluster_x, kv_tiles, dev.num_sms, per_sm, d.tile_granule);
+    }
+    return VA_OK;
+  };
+  {
+    const va_status st = size_grid(chosen);
+    if (st != VA_OK) return st;
   }
+  // The 32-row GQA kernel's CTA (256 rows, Q staged in shared memory) starts
+  // slower than the 16-row kernel's: it pays where each CTA walks a long KV
+  // range. Where its splits leave a CTA fewer than kMinR32Tiles KV tiles the
+  // 16-row kernel, with twice the CTAs and fewer splits, runs faster
+  // (BENCHMARKS.md table 5: real-input ddtree256, 3 requests of 768 rows per
+  // KV head and 1.9k KV rows).
+  const bool r32 = chosen == kCfgGqa64RolesM256 || chosen == kCfgGqa128RolesM256;
+  if (r32 && chosen != forced && p.num_splits == 0 && kv_tiles > 0 &&
+      (kv_tiles + splits - 1) / splits < kMinR32Tiles) {
+    const int alt = chosen == kCfgGqa64RolesM256 ? kCfgGqa64Roles : kCfgGqa128Roles;
+    if (image_ok(alt, dev) && kDescs[alt].smem_bytes <= smem_cap && (!kv_fp8 || kDescs[alt].kv_fp8)) {
+      chosen = alt;
+      const va_status st = size_grid(chosen);
+      if (st != VA_OK) return st;
+    }
+  }
+  const ConfigDesc& d = kDescs[chosen];
   if (splits > 65535)
     return va_fail(VA_ERR_INVALID_VALUE, "num_splits: at most 65535 (got %lld)",
                    static_cast<long long>(splits));
@@ -401,6 +448,7 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
   plan->group = group;
   plan->row_tiles = static_cast<int>(row_tiles);
   plan->splits = static_cast<int>(splits);
+  plan->kv_fp8 = kv_fp8;
   // Trees of more than 4 tiles of drafts skip the draft-only tiles no row of
   // a CTA sees (kernels/core/request.cuh). On shorter trees the per-visit tile
   // lookup costs more than the few tiles it skips.
@@ -441,8 +489,9 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
   }
   plan->dev = dev;
   // "_skip": the TMA kernel's instance that skips invisible draft tiles.
-  std::snprintf(plan->name, sizeof(plan->name), "%s_%s_%s%s", d.wgmma ? "wgmma" : "mma_sync",
-                p.dtype == VA_DTYPE_BF16 ? "bf16" : "fp16", d.tag,
+  // "_e4m3kv": the instance for an fp8 cache.
+  std::snprintf(plan->name, sizeof(plan->name), "%s_%s%s_%s%s", d.wgmma ? "wgmma" : "mma_sync",
+                p.dtype == VA_DTYPE_BF16 ? "bf16" : "fp16", kv_fp8 ? "_e4m3kv" : "", d.tag,
                 plan->skip_draft_tiles ? "_skip" : "");
   return VA_OK;
 }

@@ -413,6 +413,41 @@ constexpr bool k_by_tma() {
   }
 }
 
+// Whether a tile shape has instances for fp8 (e4m3) caches: the GQA warp-role
+// kernels, whose load warps convert each row into q's dtype on its way to
+// shared memory (kernels/loaders/fp8_rows.cuh); the consumers read the same
+// stages as for a q-dtype cache. Not the 32-row kernel at head_dim 128: its
+// load warpgroup's 40 registers (setmaxnreg) cannot hold a thread's share of
+// a row (64 bytes) beside the paged loader's state (ptxas then spills); the
+// plan takes the 16-row kernel there.
+template <class S>
+constexpr bool kv_fp8_ok() {
+  if constexpr (S::kSplitRoles && !S::kVIsK) {
+    return !(S::kRowsPerWarp == 32 && S::kDqk > 64);
+  } else {
+    return false;
+  }
+}
+
+// A tile shape run on an fp8 (e4m3) cache: Base's shape and shared memory,
+// the load warps converting (kernels/launch_attention.cuh instantiates it for
+// Plan::kv_fp8).
+template <class Base>
+struct KvFp8 : Base {
+  static_assert(kv_fp8_ok<Base>(), "no fp8-cache instance of this shape");
+  static constexpr bool kKvFp8 = true;
+};
+
+// Shape::kKvFp8 where the shape declares it (KvFp8), else false.
+template <class S, class = void>
+struct IsKvFp8 {
+  static constexpr bool value = false;
+};
+template <class S>
+struct IsKvFp8<S, decltype(void(S::kKvFp8))> {
+  static constexpr bool value = S::kKvFp8;
+};
+
 struct ConfigDesc {
   const char* tag;  // e.g. "mla_m32n32_s1"
   bool mla;         // serves MLA (v_is_k_prefix, 576 / 512); else GQA / MHA of head_dim_qk
@@ -426,6 +461,7 @@ struct ConfigDesc {
   bool k_tma;        // K tiles by bulk tensor copies (the sm_90a TMA kernel)
   bool arch_specific;  // a body only in sm_XYa images (the warp-role kernels, TileShape*::kSplitRoles)
   int cluster_x;       // CTAs per cluster along x (TileShape*::kClusterX): grid x = cluster_x x launch_grid's
+  bool kv_fp8;         // has fp8-cache instances (kv_fp8_ok)
 };
 const ConfigDesc& config_desc(ConfigId id);
 
@@ -511,6 +547,7 @@ struct Plan {
   int group;             // query rows folded per KV head and token (Hq / Hkv)
   int row_tiles;         // ceil(max_q_len * group / M)
   int splits;            // KV splits (grid z)
+  bool kv_fp8;           // the cache is fp8 e4m3 (va_params.kv_dtype): the KvFp8 instance runs
   // The TMA kernel's instance that skips invisible draft tiles
   // (TileShapeWgmmaMla's SKIP_DRAFT_TILES): TREE masks with max_q_len > 4 N on
   // the TMA configurations (kernels/plan.cc; the plan's name ends in "_skip").

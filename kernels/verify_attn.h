@@ -59,13 +59,14 @@
 extern "C" {
 #endif
 
-#define VA_ABI_VERSION 4  /* 3: plan handles (va_plan_*), va_plan_options, va_run_args; 4: va_verify_metadata */
+#define VA_ABI_VERSION 5  /* 3: plan handles (va_plan_*), va_plan_options, va_run_args; 4: va_verify_metadata;
+                             5: va_params.kv_dtype, k_scale, v_scale (fp8 caches) */
 
 typedef enum va_status {
   VA_OK = 0,
   VA_ERR_NULL_POINTER = 1,     /* a required pointer is NULL */
   VA_ERR_INVALID_VALUE = 2,    /* a size/count/flag out of its range */
-  VA_ERR_INVALID_DTYPE = 3,    /* dtype not fp16/bf16 */
+  VA_ERR_INVALID_DTYPE = 3,    /* dtype not fp16/bf16, kv_dtype not a va_kv_dtype */
   VA_ERR_INVALID_STRIDE = 4,   /* stride/alignment not supported */
   VA_ERR_UNSUPPORTED = 5,      /* valid but not built (head dim, arch, no config fits) */
   VA_ERR_WORKSPACE = 6,        /* workspace NULL or too small */
@@ -75,6 +76,10 @@ typedef enum va_status {
 } va_status;
 
 typedef enum va_dtype { VA_DTYPE_FP16 = 0, VA_DTYPE_BF16 = 1 } va_dtype;
+/* Element type of the KV cache: q's dtype, or fp8 e4m3 (1 byte: sign, 4
+   exponent bits of bias 7, 3 mantissa bits, no infinities: OCP's E4M3,
+   torch.float8_e4m3fn) dequantized inside the kernels with k_scale / v_scale. */
+typedef enum va_kv_dtype { VA_KV_DTYPE_AS_Q = 0, VA_KV_DTYPE_FP8_E4M3 = 1 } va_kv_dtype;
 typedef enum va_mask_mode { VA_MASK_TREE = 0, VA_MASK_CAUSAL = 1 } va_mask_mode;
 typedef enum va_kv_layout { VA_KV_FLAT = 0, VA_KV_PAGED = 1 } va_kv_layout;
 
@@ -102,6 +107,17 @@ typedef struct va_params {
   int32_t head_dim_vo;
   int32_t v_is_k_prefix; /* 1 = MLA: value = first head_dim_vo of K row */
   float sm_scale;        /* > 0, and sm_scale * log2(e) a finite float */
+  int32_t kv_dtype;      /* va_kv_dtype of k and v (VA_KV_DTYPE_AS_Q from
+                            va_params_init: dtype). VA_KV_DTYPE_FP8_E4M3: the
+                            cache holds K / k_scale and V / v_scale in e4m3,
+                            its strides in elements (bytes) a multiple of 16;
+                            served for GQA / MHA of head_dim 64 and 128 by the
+                            warp-role kernels (sm_90a / sm_120a images), else
+                            VA_ERR_UNSUPPORTED */
+  float k_scale;         /* fp8 caches: K = k_scale x the stored value; finite,
+                            > 0, and sm_scale * k_scale * log2(e) a finite
+                            float. 1.0 from va_params_init; other caches: 1.0 */
+  float v_scale;         /* the same for V */
 
   /* q: [total_q, num_qo_heads, head_dim_qk] */
   const void* q;

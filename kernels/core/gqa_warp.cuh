@@ -62,13 +62,15 @@ __device__ __forceinline__ void scores_to_a_operand(const float (&s)[NT][4], uin
 
 // Fragment row h (0: g, 1: g + 8) of a warp's O (every value column, NTO n8
 // tiles of a D-wide row), the request's folded row gr, normalized by its sum
-// l (over the whole row) and stored with its lse (m: the row's running max);
-// nothing past the request.
+// l (over the whole row) and scaled by v_scale (1 but for an fp8 cache, whose
+// V is v_scale x the stored values: one factor per row, as the products are
+// linear in V), stored with its lse (m: the row's running max); nothing past
+// the request.
 template <int NTO, int D, typename DT>
 __device__ __forceinline__ void store_warp_row(const KernelParams& p, const RequestTile& rt, int hk, int split,
                                                int gr, int t4, const float (&o)[NTO][4], int h, float m, float l) {
   if (gr >= rt.R) return;
-  const float inv = l > 0.f ? 1.f / l : 0.f;
+  const float inv = l > 0.f ? p.v_scale / l : 0.f;
   store_out_row<NTO, D, DT>(p, split, folded_row(rt.q_start, hk, p.group, gr), 2 * t4, o, h, inv,
                             OnlineSoftmaxRow::lse(m, l), t4 == 0);
 }

@@ -145,6 +145,17 @@ int main(void) {
        "out_stride_token");
   CASE("sm_scale overflow", p.sm_scale = 3.0e38f, VA_ERR_INVALID_VALUE, "sm_scale");
   CASE("num_splits 65536", p.num_splits = 65536, VA_ERR_INVALID_VALUE, "num_splits");
+  /* fp8 caches: the dtype code, the scales, strides in 16-byte units of 1-byte elements */
+  CASE("kv_dtype", p.kv_dtype = 5, VA_ERR_INVALID_DTYPE, "kv_dtype");
+  CASE("k_scale without fp8", p.k_scale = 2.0f, VA_ERR_INVALID_VALUE, "k_scale");
+  CASE("v_scale without fp8", p.v_scale = 0.5f, VA_ERR_INVALID_VALUE, "v_scale");
+  CASE("k_scale 0", (p.kv_dtype = VA_KV_DTYPE_FP8_E4M3, p.k_scale = 0.0f), VA_ERR_INVALID_VALUE, "k_scale");
+  CASE("v_scale nan", (p.kv_dtype = VA_KV_DTYPE_FP8_E4M3, p.v_scale = 0.0f / 0.0f), VA_ERR_INVALID_VALUE,
+       "v_scale");
+  CASE("k_scale overflow", (p.kv_dtype = VA_KV_DTYPE_FP8_E4M3, p.sm_scale = 1.0e3f, p.k_scale = 1.0e36f), VA_ERR_INVALID_VALUE,
+       "k_scale");
+  CASE("fp8 k stride", (p.kv_dtype = VA_KV_DTYPE_FP8_E4M3, p.k_stride_token = 584), VA_ERR_INVALID_STRIDE,
+       "k_stride_token");
   /* head-major outputs ([H, T, D] in memory) are fine: validation passes,
      then it depends on the device */
   p = valid_mla();

@@ -433,13 +433,18 @@ int main() {
       CHECK(std::string(d.tag) == r.tag && d.head_dim_qk == r.d && !d.mla && d.arch_specific && d.m == 256 &&
                 d.n == 64 && d.warps == 12 && d.stages == 1 && d.smem_bytes == r.smem && d.smem_bytes <= 101376,
             "%s: m %d, n %d, %d warps, %d stages, %d bytes", d.tag, d.m, d.n, d.warps, d.stages, d.smem_bytes);
-      // 64 drafts x group 8: 512 rows per KV head, two row tiles.
-      va_params p = shape(false, r.d, 32, 4, 2, 64, 8192);
+      // 64 drafts x group 8: 512 rows per KV head, two row tiles; KV ranges
+      // long enough that every split keeps 16 tiles or more (kMinR32Tiles).
+      va_params p = shape(false, r.d, 32, 4, 2, 64, 32768);
       p.dtype = VA_DTYPE_BF16;
       const std::string forced = std::string("mma_sync_bf16_") + r.tag;
       const std::string m128 = std::string("mma_sync_bf16_gqa_d") + std::to_string(r.d) + "_roles_m128n64";
-      va_params p248 = shape(false, r.d, 32, 4, 2, 31, 8192);  // 248 rows per KV head
-      va_params p256 = shape(false, r.d, 32, 4, 2, 32, 8192);  // 256
+      va_params p248 = shape(false, r.d, 32, 4, 2, 31, 32768);  // 248 rows per KV head
+      va_params p256 = shape(false, r.d, 32, 4, 2, 32, 32768);  // 256
+      // The real-input ddtree256 (3 requests x 3 KV heads, 768 rows per KV
+      // head, 1,856 KV rows): 32-row splits would keep 8 tiles each, so the
+      // 16-row kernel (2 splits) instead.
+      va_params shortkv = shape(false, r.d, 9, 3, 3, 256, 1856);
       p248.dtype = p256.dtype = VA_DTYPE_BF16;
       for (const va::DeviceInfo& dev : {sm90, sm120}) {
         const bool image = dev.sm_arch == 90 ? sm90a : sm120a;
@@ -447,6 +452,8 @@ int main() {
         CHECK(name(p, dev) == forced, "512 rows on sm_%d: %s", dev.sm_arch, name(p, dev).c_str());
         CHECK(name(p256, dev) == forced, "256 rows on sm_%d: %s", dev.sm_arch, name(p256, dev).c_str());
         CHECK(name(p248, dev) == m128, "248 rows on sm_%d: %s", dev.sm_arch, name(p248, dev).c_str());
+        CHECK(name(shortkv, dev) == m128, "768 rows, 1,856 KV rows on sm_%d: %s", dev.sm_arch,
+              name(shortkv, dev).c_str());
       }
       set_config(r.tag);
       if (sm120a) {
@@ -690,6 +697,50 @@ int main() {
       ++mixes;
     }
     std::printf("work list checked on %d random length mixes\n", mixes);
+  }
+  // fp8 (e4m3) caches: the GQA warp-role kernels at every row count (the only
+  // configurations with fp8 instances; here also where a q-dtype cache takes
+  // the one-tile kernel), "_e4m3kv" in the name, a forced configuration
+  // without fp8 instances left to the rules; MLA and head_dim 256 refused
+  // naming kv_dtype.
+  {
+    const std::string archs = va_compiled_archs();
+    struct F { int d, hq, hkv, b, q; long kv; };
+    const F fs[] = {{64, 8, 8, 64, 4, 4096},     // 32 rows per KV head, 512 request-heads
+                    {128, 32, 4, 16, 16, 8192},  // 128 rows
+                    {128, 32, 4, 1, 64, 32768},  // 512 rows: 32-row warps
+                    {64, 9, 3, 3, 256, 1856}};
+    for (const va::DeviceInfo& dev : {sm120, sm90}) {
+      const bool roles = archs.find(dev.sm_arch == 90 ? "sm_90a" : "sm_120a") != std::string::npos;
+      for (const F& f : fs) {
+        va_params p = shape(false, f.d, f.hq, f.hkv, f.b, f.q, f.kv);
+        p.kv_dtype = VA_KV_DTYPE_FP8_E4M3;
+        for (const char* forced : {"", f.d == 64 ? "gqa_d64_m64n64_s2" : "gqa_d128_m64n64_s2"}) {
+          set_config(forced);
+          va::Plan plan;
+          const va_status st = make_plan(p, dev, &plan);
+          if (!roles) {
+            CHECK(st == VA_ERR_UNSUPPORTED && std::string(va_last_error_message()).find("kv_dtype") == 0,
+                  "fp8 without a warp-role image on sm_%d: %s", dev.sm_arch, va_last_error_message());
+            continue;
+          }
+          CHECK(st == VA_OK, "fp8 D%d on sm_%d: %s", f.d, dev.sm_arch, va_last_error_message());
+          if (st != VA_OK) continue;
+          CHECK(plan.kv_fp8 && va::config_desc(plan.config).kv_fp8 && va::config_desc(plan.config).arch_specific,
+                "fp8 D%d q%d on sm_%d planned %s", f.d, f.q, dev.sm_arch, plan.name);
+          CHECK(std::string(plan.name).find("_e4m3kv_gqa_") != std::string::npos, "fp8 plan name %s", plan.name);
+        }
+        set_config("");
+      }
+      for (const bool mla : {true, false}) {
+        va_params p = shape(mla, 256, 16, 2, 1, 16, 4096);
+        p.kv_dtype = VA_KV_DTYPE_FP8_E4M3;
+        va::Plan plan;
+        const va_status st = make_plan(p, dev, &plan);
+        CHECK(st == VA_ERR_UNSUPPORTED && std::string(va_last_error_message()).find("kv_dtype") == 0,
+              "fp8 %s on sm_%d: %d %s", mla ? "MLA" : "D256", dev.sm_arch, st, va_last_error_message());
+      }
+    }
   }
   // Split choice avoids a partial last wave.
   CHECK(va::choose_splits(16, 1026, 132, 1) == 8, "B1 H16 T64 L32k: 8 splits (one wave)");

@@ -303,7 +303,12 @@ def test_kernel_matches_reference(case, path, kernel_path):
             m = MODELS[case["model"]]  # or for at most num_sms / 8 request-heads, 32-row consumer warps from 256
             rows = (prob.max_q_len or max(prob.q_lens)) * (m.heads // m.kv_heads)
             few = len(prob.q_lens) * m.kv_heads * 8 <= torch.cuda.get_device_properties(0).multi_processor_count
-            want = (testing.ROLES_R32_GQA if rows >= 256 else testing.ROLES_GQA if rows > 64 or few
+            r32 = rows >= 256  # and where its splits keep 16 KV tiles or more per CTA (kMinR32Tiles)
+            if r32:
+                with testing.kernel_path(testing.KernelPath(config=testing.ROLES_R32_GQA[d])):
+                    forced = testing.plan_info(prob)
+                r32 = -(-(-(-forced["max_kv_len"] // 64)) // forced["num_splits"]) >= 16
+            want = (testing.ROLES_R32_GQA if r32 else testing.ROLES_GQA if rows > 64 or few
                     else testing.ONE_TILE_GQA)[d]
         info = testing.plan_info(prob)
         assert info["name"].endswith(want), info

@@ -112,6 +112,13 @@ def both(*fs):
     return f
 
 
+def _fp8(a):
+    """The layout's caches quantized to fp8 (e4m3)."""
+    for n in ("k", "v", "k_cache", "v_cache"):
+        if a.get(n) is not None:
+            a[n] = a[n].to(torch.float8_e4m3fn)
+
+
 # (id, layout, mutation, exception, message regex)
 CASES = [
     # ---- dtypes -> TypeError
@@ -128,6 +135,15 @@ CASES = [
     ("lse_dtype", "flat", lambda a: a.update(lse=torch.empty(6, H, dtype=torch.float16, device=a["q"].device)),
      TypeError, r"^lse: expected dtype torch.float32"),
     ("k_cache_dtype", "paged", mut("k_cache", lambda t: t.half()), TypeError, r"^k_cache: dtype"),
+    # ---- fp8 caches: the variant, the pair, the scales
+    ("k_e5m2", "flat", both(mut("k", lambda t: t.to(torch.float8_e5m2)), mut("v", lambda t: t.to(torch.float8_e5m2))),
+     TypeError, r"^k: dtype torch.float8_e5m2 is not served"),
+    ("v_not_fp8", "flat", mut("k", lambda t: t.to(torch.float8_e4m3fn)), TypeError, r"^v: dtype torch.bfloat16 differs"),
+    ("k_scale_bf16_cache", "flat", set_(k_scale=0.5), ValueError, r"^k_scale: only an fp8 cache"),
+    ("v_scale_bf16_cache", "paged", set_(v_scale=2.0), ValueError, r"^v_scale: only an fp8 cache"),
+    ("k_scale_nan", "flat", both(_fp8, set_(k_scale=float("nan"))), ValueError, r"^k_scale: must be finite and > 0"),
+    ("v_scale_zero", "paged", both(_fp8, set_(v_scale=0.0)), ValueError, r"^v_scale: must be finite and > 0"),
+    ("k_scale_tensor", "flat", both(_fp8, set_(k_scale=torch.tensor(1.0))), TypeError, r"^k_scale: expected a Python float"),
     ("v_cache_dtype", "paged", mut("v_cache", lambda t: t.float()), TypeError, r"^v_cache: dtype"),
     ("kv_indices_int64", "paged", mut("kv_indices", lambda t: t.long()), TypeError, r"^kv_indices: expected dtype"),
     ("kv_len_int64", "paged", mut("kv_len", lambda t: t.long()), TypeError, r"^kv_len: expected dtype"),
@@ -288,6 +304,16 @@ def test_valid_cpu_call_says_cuda_required(layout):
     a = _args(layout, "cpu")
     with pytest.raises(ValueError, match=r"^q: must be a CUDA tensor, got device cpu"):
         _call("flat" if layout == "mla" else layout, a)
+
+
+@pytest.mark.parametrize("layout", ["flat", "paged"])
+def test_valid_fp8_cpu_call_says_cuda_required(layout):
+    """An fp8 cache with its scales passes every host check but the device's."""
+    a = _args(layout, "cpu")
+    _fp8(a)
+    a.update(k_scale=0.25, v_scale=4.0)
+    with pytest.raises(ValueError, match=r"^q: must be a CUDA tensor, got device cpu"):
+        _call(layout, a)
 
 
 def test_valid_cpu_call_with_out_and_lse_says_cuda_required():

@@ -110,6 +110,10 @@ def _layout_code(paged: bool, kv_slot_runs, page_size: int) -> int:
     return _KV_PAGED_RUNS if runs % 64 == 0 else _KV_PAGED
 
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16)
+# The fp8 cache the kernels convert (OCP E4M3, C-ABI VA_KV_DTYPE_FP8_E4M3).
+KV_FP8 = torch.float8_e4m3fn
+_OTHER_FP8 = tuple(getattr(torch, n) for n in ("float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")
+                   if hasattr(torch, n))
 
 TensorOrPair = Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]
 
@@ -165,10 +169,13 @@ def _check_dtypes(names, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree
     check_tensor(kv_indptr, "kv_indptr")
     if q.dtype not in _FLOAT_DTYPES:
         raise TypeError(f"q: expected dtype torch.float16 or torch.bfloat16, got {q.dtype}")
-    if k.dtype != q.dtype:
-        raise TypeError(f"{nk}: dtype {k.dtype} differs from q's {q.dtype} (q, k, v must share one of fp16/bf16)")
-    if v is not None and v.dtype != q.dtype:
-        raise TypeError(f"{nv}: dtype {v.dtype} differs from q's {q.dtype} (q, k, v must share one of fp16/bf16)")
+    if k.dtype in _OTHER_FP8:
+        raise TypeError(f"{nk}: dtype {k.dtype} is not served; an fp8 cache must be torch.float8_e4m3fn")
+    if k.dtype != q.dtype and k.dtype != KV_FP8:
+        raise TypeError(f"{nk}: dtype {k.dtype} differs from q's {q.dtype} (the cache is q's dtype or "
+                        f"torch.float8_e4m3fn)")
+    if v is not None and v.dtype != k.dtype:
+        raise TypeError(f"{nv}: dtype {v.dtype} differs from {nk}'s {k.dtype}")
     for t, n in ((qo_indptr, "qo_indptr"), (kv_indptr, "kv_indptr"), (kv_indices, "kv_indices"), (kv_len, "kv_len")):
         if t is None:
             continue
@@ -185,6 +192,18 @@ def _check_dtypes(names, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree
         check_tensor(lse, "lse")
         if lse.dtype != torch.float32:
             raise TypeError(f"lse: expected dtype torch.float32, got {lse.dtype}")
+
+
+def _check_kv_scales(k_name, kv_dtype, k_scale, v_scale):
+    """k_scale / v_scale: Python numbers, finite and > 0; other than 1 only for an fp8 cache."""
+    fp8 = kv_dtype == KV_FP8
+    for x, n in ((k_scale, "k_scale"), (v_scale, "v_scale")):
+        if isinstance(x, bool) or not isinstance(x, (int, float)):
+            raise TypeError(f"{n}: expected a Python float, got {type(x).__name__}")
+        if not math.isfinite(x) or not x > 0:
+            raise ValueError(f"{n}: must be finite and > 0, got {x}")
+        if not fp8 and x != 1:
+            raise ValueError(f"{n}: only an fp8 cache (torch.float8_e4m3fn) takes a scale; {k_name} is {kv_dtype}")
 
 
 def _check_shapes(
@@ -476,17 +495,18 @@ def _v_is_k_prefix_view(k: torch.Tensor, v: torch.Tensor) -> bool:
 
 
 def _check_rows(t: torch.Tensor, name: str) -> None:
-    """Last dim contiguous, row strides multiples of 8 elements, 16-byte aligned."""
-    if t.shape[-1] % 8 != 0:
+    """Last dim contiguous, row strides multiples of 16 bytes (8 elements; 16 for an fp8 cache), 16-byte aligned."""
+    per16 = 16 // t.element_size()
+    if t.shape[-1] % per16 != 0:
         raise ValueError(
-            f"{name}: head_dim {t.shape[-1]} must be a multiple of 8 (rows of 16-byte vectors)"
+            f"{name}: head_dim {t.shape[-1]} must be a multiple of {per16} (rows of 16-byte vectors)"
         )
     if t.shape[-1] > 1 and t.stride(-1) != 1:
         raise ValueError(f"{name}: the last dimension must be contiguous (stride 1), got stride {t.stride(-1)}")
     for d in range(t.dim() - 1):
-        if t.shape[d] > 1 and t.stride(d) % 8 != 0:
+        if t.shape[d] > 1 and t.stride(d) % per16 != 0:
             raise ValueError(
-                f"{name}: stride {t.stride(d)} of dim {d} must be a multiple of 8 elements (16 bytes); "
+                f"{name}: stride {t.stride(d)} of dim {d} must be a multiple of {per16} elements (16 bytes); "
                 f"strides {tuple(t.stride())}"
             )
     if t.numel() and t.data_ptr() % 16 != 0:
@@ -561,6 +581,7 @@ def _st(t: torch.Tensor, d: int) -> int:
 def _build_params(
     _C, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, kv_layout, page_size,
     causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out, lse, overrides=None,
+    k_scale=1.0, v_scale=1.0,
 ):
     """The call's ``va_params`` (``_C.Params``), set in one ``Params.set`` call
     (one binding crossing instead of one per field); ``overrides``: a dict of
@@ -579,6 +600,10 @@ def _build_params(
     f["head_dim_qk"] = q.shape[2]
     f["head_dim_vo"] = int(head_dim_vo)
     f["sm_scale"] = float(sm_scale)
+    if k.dtype == KV_FP8:  # else the defaults: the cache in q's dtype, scales 1
+        f["kv_dtype"] = _C.KV_DTYPE_FP8_E4M3
+        f["k_scale"] = float(k_scale)
+        f["v_scale"] = float(v_scale)
 
     f["q"] = q.data_ptr()
     f["q_stride_token"] = _st(q, 0)
@@ -643,6 +668,7 @@ def _build_params(
 def _launch(
     q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, kv_layout, page_size,
     causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out, lse, options,
+    k_scale=1.0, v_scale=1.0,
 ) -> None:
     tensors = (q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, out, lse)
     _check_strides(kv_layout, *tensors)
@@ -654,6 +680,7 @@ def _launch(
         p = _build_params(
             _C, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, kv_layout, page_size,
             causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out, lse,
+            k_scale=k_scale, v_scale=v_scale,
         )
         # The device's error buffer (allocated once, outside graph capture):
         # the kernel records bad device-side indices/lengths there, no host sync.
@@ -693,6 +720,8 @@ def _tree_attention_op(
     return_lse: bool,
     tuning_config: str,
     tuning_flags: List[int],
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     total_q, H = q.shape[0], q.shape[1]
     out = torch.empty((total_q, H, head_dim_vo), dtype=q.dtype, device=q.device)
@@ -700,7 +729,7 @@ def _tree_attention_op(
     _launch(
         q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, kv_layout, page_size,
         causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out,
-        lse if return_lse else None, (tuning_config, *tuning_flags),
+        lse if return_lse else None, (tuning_config, *tuning_flags), k_scale, v_scale,
     )
     return out, lse
 
@@ -709,7 +738,7 @@ def _tree_attention_op(
 def _tree_attention_fake(
     q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, kv_layout, page_size,
     causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, return_lse,
-    tuning_config, tuning_flags,
+    tuning_config, tuning_flags, k_scale=1.0, v_scale=1.0,
 ):
     total_q, H = q.shape[0], q.shape[1]
     out = q.new_empty((total_q, H, head_dim_vo))
@@ -739,12 +768,14 @@ def _tree_attention_out_op(
     lse: torch.Tensor,
     tuning_config: str,
     tuning_flags: List[int],
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> None:
     """``lse`` with zero elements means: do not write an LSE."""
     _launch(
         q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, kv_layout, page_size,
         causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out,
-        lse if lse.numel() > 0 else None, (tuning_config, *tuning_flags),
+        lse if lse.numel() > 0 else None, (tuning_config, *tuning_flags), k_scale, v_scale,
     )
 
 
@@ -752,7 +783,7 @@ def _tree_attention_out_op(
 def _tree_attention_out_fake(
     q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, kv_layout, page_size,
     causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out, lse,
-    tuning_config, tuning_flags,
+    tuning_config, tuning_flags, k_scale=1.0, v_scale=1.0,
 ):
     return None
 
@@ -762,10 +793,11 @@ def _tree_attention_out_fake(
 
 
 def _prepare(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tree_mask,
-             causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out, lse):
+             causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out, lse, k_scale=1.0, v_scale=1.0):
     names = ("k_cache", "v_cache") if paged else ("k", "v")
     causal = as_bool(causal, "causal")
     _check_dtypes(names, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, out, lse)
+    _check_kv_scales(names[0], k.dtype, k_scale, v_scale)
     ps, d_vo, scale = _check_shapes(
         paged, names, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size,
         tree_mask, causal, sm_scale, head_dim_vo, num_splits, out, lse,
@@ -801,9 +833,9 @@ def _tkey(t, bound: bool):
 
 def _oneshot_key(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tree_mask, causal,
                  sm_scale, head_dim_vo, max_q_len, max_kv_len, return_lse, num_splits, out, lse,
-                 kv_slot_runs, tuning):
+                 kv_slot_runs, tuning, k_scale=1.0, v_scale=1.0):
     scalars = (page_size, causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, return_lse, num_splits,
-               kv_slot_runs)
+               kv_slot_runs, k_scale, v_scale)
     if any(isinstance(x, torch.Tensor) for x in scalars) or not isinstance(k, torch.Tensor):
         return None  # a tensor's value can change in place: validate every call
     # The tuning's validated fields (Tuning compares 1 equal to True).
@@ -823,14 +855,14 @@ def _run_planned(plan, q, k, v, out, lse, return_lse):
 
 def _run(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tree_mask, causal,
          sm_scale, head_dim_vo, max_q_len, max_kv_len, return_lse, num_splits, out, lse,
-         kv_slot_runs=1, tuning=None):
+         kv_slot_runs=1, tuning=None, k_scale=1.0, v_scale=1.0):
     key = None
     if (max_q_len is not None and max_kv_len is not None and isinstance(q, torch.Tensor)
             and q.is_cuda and not _is_compiling()):
         try:
             key = _oneshot_key(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tree_mask,
                                causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, return_lse, num_splits,
-                               out, lse, kv_slot_runs, tuning)
+                               out, lse, kv_slot_runs, tuning, k_scale, v_scale)
             with _ONESHOT_LOCK:
                 plan = None if key is None else _ONESHOT_PLANS.get(key)
                 if plan is not None:
@@ -841,10 +873,11 @@ def _run(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tr
             return _run_planned(plan, q, k, v, out, lse, return_lse)
     ps, d_vo, scale, mq, mkv = _prepare(
         paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tree_mask,
-        causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out, lse,
+        causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, out, lse, k_scale, v_scale,
     )
     layout = _layout_code(paged, kv_slot_runs, ps)
     causal = bool(causal)  # checked by _prepare
+    k_scale, v_scale = float(k_scale), float(v_scale)
     return_lse = as_bool(return_lse, "return_lse")
     config, *flags = _tuning_options(tuning)
     if key is not None and q.shape[0] > 0 and qo_indptr.shape[0] > 1:
@@ -857,7 +890,8 @@ def _run(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tr
             qo_indptr, kv_indptr, kv_indices, kv_len, num_qo_heads=q.shape[1], num_kv_heads=k.shape[-2],
             head_dim_qk=q.shape[-1], head_dim_vo=d_vo if mla else None, page_size=page_size if paged else None,
             tree_mask=tree_mask, causal=causal, sm_scale=scale, dtype=q.dtype, max_q_len=mq, max_kv_len=mkv,
-            num_splits=num_splits, kv_slot_runs=kv_slot_runs, tuning=tuning)
+            num_splits=num_splits, kv_slot_runs=kv_slot_runs, tuning=tuning, kv_dtype=k.dtype,
+            k_scale=k_scale, v_scale=v_scale)
         got = _run_planned(plan, q, k, v, out, lse, return_lse)
         if _is_capturing():
             return got  # planned inside a capture (no error buffer may exist yet): not kept
@@ -869,7 +903,7 @@ def _run(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tr
     if out is None and lse is None:
         o, l = torch.ops.verify_attn.tree_attention(
             q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, layout, ps,
-            causal, scale, d_vo, mq, mkv, int(num_splits), bool(return_lse), config, flags,
+            causal, scale, d_vo, mq, mkv, int(num_splits), bool(return_lse), config, flags, k_scale, v_scale,
         )
         return (o, l) if return_lse else o
     if out is None:
@@ -879,7 +913,7 @@ def _run(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tr
     lse_arg = lse if lse is not None else torch.empty((0,), dtype=torch.float32, device=q.device)
     torch.ops.verify_attn.tree_attention_out(
         q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, layout, ps,
-        causal, scale, d_vo, mq, mkv, int(num_splits), out, lse_arg, config, flags,
+        causal, scale, d_vo, mq, mkv, int(num_splits), out, lse_arg, config, flags, k_scale, v_scale,
     )
     return (out, lse) if return_lse else out
 
@@ -902,16 +936,21 @@ def tree_attention_flat(
     out: Optional[torch.Tensor] = None,
     lse: Optional[torch.Tensor] = None,
     tuning=None,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> TensorOrPair:
     """Tree-verify attention over a flat (request-contiguous) KV layout.
 
     Args:
       q: ``[total_q, H, D_qk]`` fp16/bf16 CUDA tensor; rows ``qo_indptr[i] ..
         qo_indptr[i+1]`` are request ``i``'s draft tokens.
-      k: ``[rows, Hkv, D_qk]``, same dtype; KV row ``j`` of request ``i`` is
+      k: ``[rows, Hkv, D_qk]``, q's dtype or ``torch.float8_e4m3fn`` (an fp8
+        cache holding ``K / k_scale``, GQA / MHA with ``D`` 64 or 128 only:
+        docs/design_fp8.md); KV row ``j`` of request ``i`` is
         ``k[kv_indptr[i] + j]``; the last ``q_len_i`` rows of each request are its
         drafts (in query order). ``H % Hkv == 0``.
-      v: ``[rows, Hkv, D_vo]``, or None for MLA (value = ``k[..., :head_dim_vo]``).
+      v: ``[rows, Hkv, D_vo]`` of k's dtype (fp8: holding ``V / v_scale``), or
+        None for MLA (value = ``k[..., :head_dim_vo]``).
       qo_indptr: ``[B + 1]`` int32 (``total_q = qo_indptr[B] = q.shape[0]``).
       kv_indptr: ``[B + 1]`` int32 row offsets into ``k``/``v``;
         ``kv_len_i = kv_indptr[i+1] - kv_indptr[i] >= q_len_i``.
@@ -937,6 +976,11 @@ def tree_attention_flat(
         that do not overlap).
       tuning: optional :class:`verify_attn.Tuning`, explicit kernel choices
         (benchmarks, tests); None = the plan's rules.
+      k_scale, v_scale: an fp8 cache's per-tensor scales (Python floats,
+        finite, > 0; SGLang's ``layer.k_scale_float`` / ``v_scale_float``):
+        the scores use ``k_scale * k`` and the output ``v_scale * v``, folded
+        into the softmax scale and the output's normalization, never applied
+        element by element. 1.0 (the only value other caches take).
 
     Returns:
       ``out`` ``[total_q, H, D_vo]`` in q's dtype, or ``(out, lse)`` when
@@ -950,10 +994,12 @@ def tree_attention_flat(
     also plan once per batch itself with :class:`verify_attn.TreeAttentionPlan`.
 
     Raises:
-      TypeError: a dtype is wrong (q/k/v not one shared fp16/bf16 dtype, an index
-        tensor not int32, tree_mask not int32/uint32, out/lse dtype), a tensor
-        argument is not a tensor, or a scalar is not an int / bool (e.g.
-        ``page_size=1.0``, ``causal=1``); the message starts with the argument's name.
+      TypeError: a dtype is wrong (q not fp16/bf16, k/v neither q's dtype nor
+        torch.float8_e4m3fn (another fp8 variant is named as such), v not k's,
+        an index tensor not int32, tree_mask not int32/uint32, out/lse dtype),
+        a tensor argument is not a tensor, or a scalar is not an int / bool /
+        float (e.g. ``page_size=1.0``, ``causal=1``, ``k_scale=None``); the
+        message starts with the argument's name.
       ValueError: a shape, stride, alignment (last dim contiguous, other strides
         multiples of 8 elements, data 16-byte aligned, index tensors and
         tree_mask contiguous, out/lse not overlapping) or device (all CUDA, all
@@ -962,18 +1008,19 @@ def tree_attention_flat(
         too narrow tree_mask, bad bounds, a scalar out of the C-ABI's range
         (``num_splits`` > 65535, ``page_size``/``max_kv_len`` > 2^31-1,
         ``sm_scale`` beyond float32), ``qo_indptr`` of 0 requests with rows in
-        ``q``; message starts with the argument's name.
+        ``q``, a scale not finite or not > 0 or other than 1 for a cache that
+        is not fp8; message starts with the argument's name.
       NotImplementedError: a valid configuration the kernels do not support
-        (head dims, head counts, arch; the message then starts with the C
-        function's name, e.g. ``va_workspace_size: VA_ERR_UNSUPPORTED:
-        num_qo_heads: ...``); ImportError: the compiled extension is missing;
+        (head dims, head counts, arch, an fp8 cache for MLA or head_dim 256;
+        the message then starts with the C function's name, e.g.
+        ``va_workspace_size: VA_ERR_UNSUPPORTED: num_qo_heads: ...``); ImportError: the compiled extension is missing;
         RuntimeError: CUDA errors (from the extension); KernelInputError: in
         debug mode (:func:`verify_attn.set_debug`), bad device data the kernel
         flagged.
     """
     return _run(False, q, k, v, qo_indptr, kv_indptr, None, None, None, tree_mask, causal,
                 sm_scale, head_dim_vo, max_q_len, max_kv_len, return_lse, num_splits, out, lse,
-                tuning=tuning)
+                tuning=tuning, k_scale=k_scale, v_scale=v_scale)
 
 
 def tree_attention_paged(
@@ -998,6 +1045,8 @@ def tree_attention_paged(
     lse: Optional[torch.Tensor] = None,
     kv_slot_runs: int = 1,
     tuning=None,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> TensorOrPair:
     """Tree-verify attention over a paged KV cache.
 
@@ -1013,7 +1062,9 @@ def tree_attention_paged(
     Args:
       q: ``[total_q, H, D_qk]`` fp16/bf16 CUDA tensor; rows ``qo_indptr[i] ..
         qo_indptr[i+1]`` are request ``i``'s draft tokens.
-      k_cache: q's dtype; ``[num_pages, page_size, Hkv, D_qk]`` (page size
+      k_cache: q's dtype or ``torch.float8_e4m3fn`` (as ``k`` of
+        :func:`tree_attention_flat`, with ``k_scale`` / ``v_scale``);
+        ``[num_pages, page_size, Hkv, D_qk]`` (page size
         inferred from ``shape[1]``), or ``[slots, Hkv, D_qk]`` (page size =
         ``page_size`` or 1; page ``p`` is slots ``p * page_size ..``; SGLang's
         token pool with page size 1). ``H % Hkv == 0``.
@@ -1079,7 +1130,7 @@ def tree_attention_paged(
     """
     return _run(True, q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, kv_len, page_size,
                 tree_mask, causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, return_lse,
-                num_splits, out, lse, kv_slot_runs, tuning)
+                num_splits, out, lse, kv_slot_runs, tuning, k_scale, v_scale)
 
 
 def plan_info(
@@ -1102,6 +1153,8 @@ def plan_info(
     num_splits: int = 0,
     kv_slot_runs: int = 1,
     tuning=None,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> dict:
     """Which kernel configuration a call with these arguments would run (nothing is launched).
 
@@ -1128,7 +1181,7 @@ def plan_info(
       ``max_q_len``, ``max_kv_len``, ``kv_layout`` ("flat"/"paged"),
       ``v_is_k_prefix``. What it names is what the launch runs (no fallback
       happens at launch time). ``name`` is
-      ``<path>_<dtype>_<config>``: path ``wgmma`` (the sm_90a MLA kernels, chosen
+      ``<path>_<dtype>[_e4m3kv]_<config>`` (``_e4m3kv``: an fp8 cache): path ``wgmma`` (the sm_90a MLA kernels, chosen
       for MLA on sm_90: kernels/sm90/mla_seesaw_kernel.cuh, config
       ``mla_wgmma_seesaw_tma``, for flat caches and paged caches with page_size a
       multiple of 64, ``mla_wgmma_seesaw_tma_rows`` for page_size 1 with the
@@ -1149,7 +1202,7 @@ def plan_info(
     paged = _is_paged(kv_indices, kv_len)
     ps, d_vo, scale, mq, mkv = _prepare(
         paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size, tree_mask,
-        causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, None, None,
+        causal, sm_scale, head_dim_vo, max_q_len, max_kv_len, num_splits, None, None, k_scale, v_scale,
     )
     layout = _layout_code(paged, kv_slot_runs, ps)
     out = torch.empty((q.shape[0], q.shape[1], d_vo), dtype=q.dtype, device=q.device)
@@ -1162,7 +1215,7 @@ def plan_info(
     with torch.cuda.device(q.device):
         p = _build_params(
             _C, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, layout, ps,
-            bool(causal), scale, d_vo, mq, mkv, int(num_splits), out, lse,
+            bool(causal), scale, d_vo, mq, mkv, int(num_splits), out, lse, k_scale=k_scale, v_scale=v_scale,
         )
         info = dict(_C.Plan(p, *options).info())
     info["max_q_len"] = int(mq)

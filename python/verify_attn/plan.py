@@ -152,7 +152,13 @@ class TreeAttentionPlan:
         ``causal=True``.
       causal (bool): chain mode instead of ``tree_mask`` (exactly one of the two).
       sm_scale (float): logit scale, finite and > 0; default ``1 / sqrt(head_dim_qk)``.
-      dtype: ``torch.bfloat16`` or ``torch.float16``: every run's ``q``, caches, ``out``.
+      dtype: ``torch.bfloat16`` or ``torch.float16``: every run's ``q`` and ``out``
+        (and caches, unless ``kv_dtype`` says otherwise).
+      kv_dtype: the caches' dtype: None (= ``dtype``) or ``torch.float8_e4m3fn``
+        (an fp8 cache, GQA / MHA of head_dim 64 or 128: docs/design_fp8.md).
+      k_scale, v_scale (float): an fp8 cache's per-tensor scales (the cache
+        holds ``K / k_scale``, ``V / v_scale``), finite and > 0; 1.0 (the
+        only value other caches take).
       max_q_len (int): host upper bound of every request's draft count (1..1024).
       max_kv_len (int): host upper bound of every request's KV rows (< 2^31).
       num_splits (int): 0 = automatic; 1..65535 forces the split-K count.
@@ -168,6 +174,8 @@ class TreeAttentionPlan:
     Raises:
       TypeError / ValueError naming the argument: dtypes (int32 indices,
         int32/uint32 mask), devices (every tensor on one CUDA device),
+        a ``kv_dtype`` other than ``dtype`` / ``torch.float8_e4m3fn``, bad
+        scales (as :func:`verify_attn.tree_attention_flat`),
         non-contiguous or not 1-D index tensors, both or neither of
         ``tree_mask`` and ``causal``, a mask narrower than ``max_q_len``, bounds
         out of range (``max_q_len``, ``max_kv_len``, ``num_splits``,
@@ -183,7 +191,8 @@ class TreeAttentionPlan:
                  head_dim_vo: Optional[int] = None, page_size: Optional[int] = None,
                  tree_mask=None, causal: bool = False, sm_scale: Optional[float] = None,
                  dtype: torch.dtype = torch.bfloat16, max_q_len: int, max_kv_len: int,
-                 num_splits: int = 0, kv_slot_runs: int = 1, tuning: Optional[Tuning] = None):
+                 num_splits: int = 0, kv_slot_runs: int = 1, tuning: Optional[Tuning] = None,
+                 kv_dtype: Optional[torch.dtype] = None, k_scale: float = 1.0, v_scale: float = 1.0):
         self._paged = _attn._is_paged(kv_indices, kv_len)
         if self._paged and kv_indices is None:
             raise ValueError("kv_indices: required for the paged layout")
@@ -192,6 +201,11 @@ class TreeAttentionPlan:
         self._names = ("k_cache", "v_cache") if self._paged else ("k", "v")
         if dtype not in (torch.float16, torch.bfloat16):
             raise TypeError(f"dtype: torch.float16 or torch.bfloat16, got {dtype}")
+        self._kv_dtype = dtype if kv_dtype is None else kv_dtype
+        if self._kv_dtype not in (dtype, _attn.KV_FP8):
+            raise TypeError(f"kv_dtype: None (= dtype), {dtype} or torch.float8_e4m3fn, got {kv_dtype}")
+        _attn._check_kv_scales(self._names[0], self._kv_dtype, k_scale, v_scale)
+        self._k_scale, self._v_scale = float(k_scale), float(v_scale)
         for name, x in (("num_qo_heads", num_qo_heads), ("num_kv_heads", num_kv_heads),
                         ("head_dim_qk", head_dim_qk)):
             if _as_int(x, name) < 1:
@@ -308,13 +322,15 @@ class TreeAttentionPlan:
                              f"{self._d_qk}): pass None (the value is the first head_dim_vo values of the K row)")
         if not self._mla and v is None:
             raise ValueError(f"{self._names[1]}: required (the plan is MHA/GQA: head_dim_vo == head_dim_qk)")
+        if isinstance(k, torch.Tensor) and k.dtype != self._kv_dtype:
+            raise TypeError(f"{self._names[0]}: dtype {k.dtype} differs from the plan's kv_dtype {self._kv_dtype}")
         if k.shape[-2] != self._Hkv:
             raise ValueError(f"{self._names[0]}: {k.shape[-2]} KV heads, the plan has num_kv_heads {self._Hkv}")
         ps, d_vo, scale, mq, mkv = _attn._prepare(
             self._paged, q, k, v, self._qo_indptr, self._kv_indptr, self._kv_indices, self._kv_len,
             self._page_size, self._tree_mask, self._causal, self._sm_scale,
             self._d_vo if v is None else None, self._max_q_len, self._max_kv_len, self._num_splits,
-            out, lse)
+            out, lse, self._k_scale, self._v_scale)
         layout = _attn._layout_code(self._paged, self._kv_slot_runs, ps)
         tensors = (q, k, v, self._qo_indptr, self._kv_indptr, self._kv_indices, self._kv_len,
                    self._tree_mask, out if out is not None else None, lse)
@@ -331,7 +347,7 @@ class TreeAttentionPlan:
             p = _attn._build_params(
                 self._C, q, k, v, self._qo_indptr, self._kv_indptr, self._kv_indices, self._kv_len,
                 self._tree_mask, layout, ps, self._causal, scale, d_vo, mq, mkv, self._num_splits,
-                q if out is None else out, lse, overrides=fixed)
+                q if out is None else out, lse, overrides=fixed, k_scale=self._k_scale, v_scale=self._v_scale)
             handle = self._C.Plan(p, *self._options)
             self.plans_made += 1
             info = dict(handle.info())

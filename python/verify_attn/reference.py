@@ -199,6 +199,8 @@ def reference_attention_flat(
     sm_scale: Optional[float] = None,
     head_dim_vo: Optional[int] = None,
     compute_dtype: torch.dtype = torch.float64,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Reference attention over a flat (request-contiguous) KV layout.
 
@@ -214,6 +216,9 @@ def reference_attention_flat(
       sm_scale: logit scale, default ``1 / sqrt(D_qk)``.
       head_dim_vo: MLA value width (default 512 when ``v is None``, else ``v.shape[-1]``).
       compute_dtype: float64 by default.
+      k_scale, v_scale: a quantized cache's scales: the keys are ``k_scale * k``
+        and the values ``v_scale * v`` (dequantized in ``compute_dtype`` before
+        anything else; MLA's value, a prefix of the key, takes ``k_scale``).
 
     Returns:
       ``(out [total_q, H, D_vo], lse [total_q, H])`` in ``compute_dtype``; ``lse``
@@ -229,10 +234,13 @@ def reference_attention_flat(
       decreasing or not ending at ``q.shape[0]``; ``kv_indptr`` of another
       length, decreasing or past the KV rows; ``tree_mask`` not
       ``[total_q, W]``), ``kv_len_i < q_len_i``, both/neither of
-      ``tree_mask``/``causal``, a non-finite ``sm_scale``; each message starts
-      with the argument's name.
+      ``tree_mask``/``causal``, a non-finite ``sm_scale``, a scale not finite
+      or not > 0; each message starts with the argument's name.
     """
     _check_mask_mode(tree_mask, causal)
+    for x, n in ((k_scale, "k_scale"), (v_scale, "v_scale")):
+        if not math.isfinite(as_float(x, n)) or not x > 0:
+            raise ValueError(f"{n}: must be finite and > 0, got {x}")
     _tensor(q, "q")
     if q.dim() != 3:
         raise ValueError(f"q: expected shape [total_q, H, D_qk], got {tuple(q.shape)}")
@@ -279,11 +287,11 @@ def reference_attention_flat(
             raise ValueError(f"kv_indptr: request {i} has kv_len {kl} < q_len {ql}")
         prefix = kl - ql
         qi = q[qs:qe].to(compute_dtype).reshape(ql, Hkv, G, d_qk).permute(1, 2, 0, 3)  # [Hkv,G,q,D]
-        ki = k[ks:ke].to(compute_dtype).permute(1, 0, 2)  # [Hkv, kv, D]
+        ki = (k[ks:ke].to(compute_dtype) * k_scale).permute(1, 0, 2)  # [Hkv, kv, D]
         if v is None:
             vi = ki[..., :d_vo]
         else:
-            vi = v[ks:ke].to(compute_dtype).permute(1, 0, 2)
+            vi = (v[ks:ke].to(compute_dtype) * v_scale).permute(1, 0, 2)
         logits = torch.einsum("hgqd,hkd->hgqk", qi, ki) * scale  # [Hkv,G,q,kv]
         vis = _visibility(tree_mask, causal, qs, ql, device)  # [q, q]
         tail = logits[..., prefix:]
@@ -312,6 +320,8 @@ def reference_attention_paged(
     sm_scale: Optional[float] = None,
     head_dim_vo: Optional[int] = None,
     compute_dtype: torch.dtype = torch.float64,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Reference attention over a paged KV cache: :func:`gather_paged_kv` then
     :func:`reference_attention_flat`. Arguments as in those two functions
@@ -342,15 +352,24 @@ def reference_attention_paged(
         if short.numel():
             i = int(short[0])
             raise ValueError(f"kv_len: request {i} has kv_len {int(kl[i])} < q_len {int(ql[i])}")
-    kf, flat_indptr = gather_paged_kv(k_cache, kv_indptr, kv_indices, kv_len, page_size=page_size)
+    kf, flat_indptr = _gather_any(k_cache, kv_indptr, kv_indices, kv_len, page_size)
     vf = None
     if v_cache is not None:
-        vf, _ = gather_paged_kv(v_cache, kv_indptr, kv_indices, kv_len, page_size=page_size)
+        vf, _ = _gather_any(v_cache, kv_indptr, kv_indices, kv_len, page_size)
     return reference_attention_flat(
         q, kf, vf, qo_indptr, flat_indptr,
         tree_mask=tree_mask, causal=causal, sm_scale=sm_scale,
-        head_dim_vo=head_dim_vo, compute_dtype=compute_dtype,
+        head_dim_vo=head_dim_vo, compute_dtype=compute_dtype, k_scale=k_scale, v_scale=v_scale,
     )
+
+
+def _gather_any(cache, kv_indptr, kv_indices, kv_len, page_size):
+    """gather_paged_kv of any cache dtype: an fp8 cache's bytes gathered as
+    uint8 (torch's indexing does not cover every fp8 dtype on every device)."""
+    if isinstance(cache, torch.Tensor) and cache.is_floating_point() and cache.element_size() == 1:
+        rows, indptr = gather_paged_kv(cache.view(torch.uint8), kv_indptr, kv_indices, kv_len, page_size=page_size)
+        return rows.view(cache.dtype), indptr
+    return gather_paged_kv(cache, kv_indptr, kv_indices, kv_len, page_size=page_size)
 
 
 def reference_attention_bruteforce(

@@ -1,6 +1,8 @@
 """A representative subset of the GPU suite, small enough for compute-sanitizer.
 
-Flat and paged, MLA and GQA, split and unsplit, tree and causal, fp16 and bf16;
+Flat and paged, MLA and GQA, split and unsplit, tree and causal, fp16 and bf16,
+fp8 (e4m3) caches (skipped when --config forces a GQA kernel without fp8
+instances, as racecheck's one-tile run does);
 each checked against the float64 reference (exit status 1 on a mismatch).
 Plus a bad-index case (paged, page ids past the end, negative and INT32_MAX in
 three requests, split and unsplit): the run expects
@@ -35,7 +37,7 @@ from verify_attn import masks, reference, testing
 
 
 def make_case(rng, *, mla, paged, dtype, batch, q_len, prefix, heads, hkv, d, page_size, causal,
-              in_order=False, kv_slot_runs=1):
+              in_order=False, kv_slot_runs=1, fp8=False):
     dev = "cuda"
     q_lens = [q_len if i % 2 == 0 else max(1, q_len // 2) for i in range(batch)]
     kv_lens = [prefix + i + q for i, q in enumerate(q_lens)]
@@ -71,6 +73,10 @@ def make_case(rng, *, mla, paged, dtype, batch, q_len, prefix, heads, hkv, d, pa
         if kv_slot_runs > 1:  # the hint: sm_90 MLA takes the TMA kernel, boxing runs, gathering the rest
             fn = functools.partial(fn, kv_slot_runs=kv_slot_runs)
         kw = {}
+    if fp8:  # an e4m3 cache of 8 x the values, scales 1/8 (the GQA warp-role kernels convert it)
+        k, v = (k * 8).to(torch.float8_e4m3fn), (v * 8).to(torch.float8_e4m3fn)
+        args = (*args[:1], k, v, *args[3:])
+        kw.update(k_scale=0.125, v_scale=0.125)
     return fn, ref, args, dict(tree_mask=tree, causal=causal, **kw)
 
 
@@ -200,10 +206,18 @@ def main(argv=None):
         # above 256 rows per KV head (group 8 x q_len 40 / 20: 320 / 160 rows): several row
         # tiles of either warp-role GQA kernel, the last partly empty
         dict(mla=False, paged=False, dtype=torch.bfloat16, batch=2, q_len=40, prefix=200, heads=16, hkv=2, d=128, page_size=1, causal=True, splits=0),
+        # fp8 (e4m3) caches: the load warps convert each row into the stage
+        dict(mla=False, paged=True, dtype=torch.bfloat16, batch=2, q_len=24, prefix=300, heads=16, hkv=2, d=128, page_size=1, causal=False, splits=2, fp8=True),
+        dict(mla=False, paged=False, dtype=torch.float16, batch=2, q_len=40, prefix=150, heads=16, hkv=2, d=64, page_size=1, causal=True, splits=0, fp8=True),
     ]
     worst = 0.0
     failed = 0
+    n = len(cases)
     for c in cases:
+        if c.get("fp8") and any(t.startswith("gqa_d%d_" % c["d"]) and "_roles_" not in t for t in CONFIGS):
+            n -= 1
+            print("skip fp8 case: --config forces a head_dim %d kernel without fp8 instances" % c["d"])
+            continue
         splits = c.pop("splits")
         fn, ref, args, kw = make_case(rng, **c)
         out, lse = fn(*args, return_lse=True, num_splits=splits, **kw)
@@ -214,14 +228,14 @@ def main(argv=None):
         ok = err < 1e-2 and lerr < 1e-2 and torch.isfinite(out).all().item()
         worst = max(worst, err)
         failed += not ok
-        print("%s mla=%s paged=%s splits=%d: rel err %.2e, lse max abs err %.2e" % (
-            "ok  " if ok else "FAIL", c["mla"], c["paged"], splits, err, lerr))
+        print("%s mla=%s paged=%s splits=%d%s: rel err %.2e, lse max abs err %.2e" % (
+            "ok  " if ok else "FAIL", c["mla"], c["paged"], splits, " fp8" if c.get("fp8") else "", err, lerr))
     bad_cases = [dict(mla=True, splits=0), dict(mla=True, splits=0, page_size=64), dict(mla=False, splits=3),
                  dict(mla=False, splits=1), dict(mla=True, splits=0, kv_slot_runs=64),
                  dict(mla=True, splits=3, kv_slot_runs=64)]
     for c in bad_cases:
         failed += not bad_index_case(rng, **c)
-    n = len(cases) + len(bad_cases)
+    n += len(bad_cases)
     print("seed %d; worst rel err %.2e; %d passed, %d failed" % (seed, worst, n - failed, failed))
     return 1 if failed else 0
 

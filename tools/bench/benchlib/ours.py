@@ -88,13 +88,18 @@ class OursPaged(Impl):
             return None
         return va.Tuning(config=self.force_config or "", max_smem_bytes=self.max_smem_bytes)
 
+    def _caches(self, inputs):
+        """The caches this column runs on and the plan's keywords for them."""
+        return inputs.k_cache, inputs.v_cache, {}
+
     def _plan(self, case, inputs):
         import verify_attn as va
 
         s = case.shape
         extra = {"kv_slot_runs": case.kv_slot_runs} if case.kv_slot_runs > 1 else {}
         extra.update(_splits_kw(self.num_splits))
-        kc = inputs.k_cache
+        kc, _, kv = self._caches(inputs)
+        extra.update(kv)
         return va.TreeAttentionPlan(
             case.qo_indptr, case.kv_indptr_pages, case.kv_indices, case.kv_len,
             num_qo_heads=s.heads, num_kv_heads=kc.shape[-2], head_dim_qk=inputs.q.shape[-1],
@@ -108,7 +113,8 @@ class OursPaged(Impl):
         s = case.shape
         out = torch.empty((case.total_q, s.heads, s.d_vo), dtype=case.dtype, device=case.device)
         plan = self._plan(case, inputs)
-        q, kc, vc = inputs.q, inputs.k_cache, inputs.v_cache
+        q = inputs.q
+        kc, vc, _ = self._caches(inputs)
 
         def run():
             plan.run(q, kc, vc, out=out)
@@ -118,4 +124,42 @@ class OursPaged(Impl):
 
     def plan(self, case, inputs):
         """The plan's info for the row (kernel config name, splits, maps)."""
-        return self._plan(case, inputs).info(inputs.q, inputs.k_cache, inputs.v_cache)
+        kc, vc, _ = self._caches(inputs)
+        return self._plan(case, inputs).info(inputs.q, kc, vc)
+
+
+class OursPagedFp8(OursPaged):
+    """The paged kernel on an fp8 (e4m3) copy of the row's caches (bench
+    ``--kv_dtype=fp8_e4m3``), column ``ours_paged@fp8``: each cache divided by
+    its per-tensor scale ``amax / 448`` (e4m3's largest value) and rounded, the
+    scales passed as ``k_scale`` / ``v_scale``. Its error column is against the
+    float64 result of the q-dtype cache it was quantized from, quantization
+    included (``tol``); the kernels' own error against the dequantized cache is
+    what python/tests/test_fp8_gpu.py asserts. GQA / MHA of head_dim 64 and 128
+    only (the kernels that serve fp8 caches)."""
+
+    tol = 5e-2
+
+    def __init__(self, num_splits=0):
+        super().__init__(num_splits=num_splits, tag="fp8")
+        self.check_vs_ours = False
+        self._made = {}
+
+    def applies(self, case):
+        s = case.shape
+        if s.mla or s.d_qk not in (64, 128):
+            return "fp8 caches: GQA / MHA of head_dim 64 and 128 only"
+        return None
+
+    def _caches(self, inputs):
+        import torch
+
+        key = id(inputs)
+        if key not in self._made:
+            made = []
+            for c in (inputs.k_cache, inputs.v_cache):
+                scale = max(float(c.abs().max()), 1e-30) / 448.0
+                made += [(c.float() / scale).to(torch.float8_e4m3fn), scale]
+            self._made = {key: made}  # one row's copies at a time
+        k8, ks, v8, vs = self._made[key]
+        return k8, v8, {"kv_dtype": torch.float8_e4m3fn, "k_scale": ks, "v_scale": vs}

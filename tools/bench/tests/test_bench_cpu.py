@@ -405,6 +405,35 @@ def test_compare_configs_column_and_forced_env(monkeypatch):
         ours.OursPaged(force_config="mla_x").tuning()
 
 
+def test_fp8_column_quantizes_the_caches_and_has_its_own_bound():
+    """--kv_dtype=fp8_e4m3: the column ours_paged@fp8 runs GQA D64 / D128 rows only, on e4m3
+    copies of the caches with per-tensor scales amax / 448 passed to the plan, and is judged
+    against the q-dtype cache's result with its own tolerance (quantization included)."""
+    import types
+
+    from benchlib import ours
+
+    v = ours.OursPagedFp8()
+    assert v.name == "ours_paged@fp8" and not v.check_vs_ours and v.tol > check.TOL
+    case = lambda shape: types.SimpleNamespace(shape=shape)  # noqa: E731
+    assert v.applies(case(shapes.gqa(1, 16, 8 * K))) is None
+    assert v.applies(case(shapes.gqa(1, 16, 8 * K, head_dim=64))) is None
+    assert "GQA" in v.applies(case(shapes.mla(1, 16, 64, 32 * K)))
+    assert "GQA" in v.applies(case(shapes.gqa(1, 16, 8 * K, head_dim=256)))
+    g = torch.Generator().manual_seed(0)
+    k, vv = torch.randn(50, 1, 4, 128, generator=g), 3 * torch.randn(50, 1, 4, 128, generator=g)
+    inp = types.SimpleNamespace(k_cache=k.to(torch.bfloat16), v_cache=vv.to(torch.bfloat16))
+    k8, v8, kw = v._caches(inp)
+    assert k8.dtype == v8.dtype == torch.float8_e4m3fn == kw["kv_dtype"]
+    assert kw["k_scale"] == pytest.approx(float(inp.k_cache.abs().max()) / 448)
+    assert kw["v_scale"] == pytest.approx(float(inp.v_cache.abs().max()) / 448)
+    for q8, scale, ref in ((k8, kw["k_scale"], k), (v8, kw["v_scale"], vv)):
+        deq = q8.double() * scale
+        assert float(deq.abs().max()) == pytest.approx(float(ref.abs().max()), rel=1e-2)
+        assert float((deq - ref.double()).norm() / ref.double().norm()) < 0.05
+    assert v._caches(inp)[0] is k8  # one copy per row's inputs
+
+
 def test_bench_num_splits_reaches_every_call_of_ours(monkeypatch):
     """bench --num_splits: our paged and flat calls, and the plan the JSON records, get the
     forced split count; 0 passes none (the plan's choice)."""
