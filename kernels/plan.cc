@@ -335,7 +335,9 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
     // shared memory (faster on the compute-bound rows, BENCHMARKS.md table
     // 4). Below 256 rows a CTA of it would hold fewer rows than two 16-row
     // kernel CTAs on two SMs, which the short real-input calls (192-207
-    // rows) run faster (BENCHMARKS.md table 5).
+    // rows) run faster (BENCHMARKS.md table 5); above it, where its splits
+    // would keep fewer than kMinR32Tiles KV tiles per CTA, the 16-row kernel
+    // too (after the split count, below).
     // At 64 rows or fewer the warp-role kernel still wins where the requests x
     // KV heads number at most an eighth of the SMs: split-K then fills the
     // machine with a few rows' long KV ranges, and its 16-row warps pipeline

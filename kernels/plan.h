@@ -399,7 +399,8 @@ template <> struct ConfigShape<kCfgGqa128Roles> { using type = TileShapeRolesGqa
 template <> struct ConfigShape<kCfgMlaClusterM64N32> { using type = TileShapeClusterMla<32, 3>; };
 // 8 consumer warps of 32 rows (256 folded rows per CTA) and a load warpgroup,
 // one K and one V buffer of 64 rows: 100,384 bytes at D128, 51,232 at D64.
-// Planned from 256 rows per KV head (kernels/plan.cc).
+// Planned from 256 rows per KV head where its splits keep kMinR32Tiles KV tiles
+// per CTA (kernels/plan.cc).
 template <> struct ConfigShape<kCfgGqa64RolesM256> { using type = TileShapeRolesGqaR32<64, 8, 64, 4>; };
 template <> struct ConfigShape<kCfgGqa128RolesM256> { using type = TileShapeRolesGqaR32<128, 8, 64, 4>; };
 

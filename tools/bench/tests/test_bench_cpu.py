@@ -432,6 +432,8 @@ def test_fp8_column_quantizes_the_caches_and_has_its_own_bound():
         assert float(deq.abs().max()) == pytest.approx(float(ref.abs().max()), rel=1e-2)
         assert float((deq - ref.double()).norm() / ref.double().norm()) < 0.05
     assert v._caches(inp)[0] is k8  # one copy per row's inputs
+    other = types.SimpleNamespace(k_cache=inp.k_cache[:10].clone(), v_cache=inp.v_cache[:10].clone())
+    assert v._caches(other)[0].shape[0] == 10  # another row's inputs: their own copies
 
 
 def test_bench_num_splits_reaches_every_call_of_ours(monkeypatch):
