@@ -80,7 +80,7 @@ class PlanHandle {
 
   // One launch: device pointers as ints (0 = NULL), the workspace, the stream.
   void run(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t out, uintptr_t lse, uintptr_t ws,
-           size_t ws_bytes, uintptr_t stream) const {
+           size_t ws_bytes, uintptr_t stream, float k_scale, float v_scale) const {
     va_run_args r;
     va_run_args_init(&r);
     r.q = reinterpret_cast<const void*>(q);
@@ -91,6 +91,8 @@ class PlanHandle {
     r.workspace = reinterpret_cast<void*>(ws);
     r.workspace_bytes = ws_bytes;
     r.stream = reinterpret_cast<void*>(stream);
+    r.k_scale = k_scale;
+    r.v_scale = v_scale;
     va_status s;
     {
       py::gil_scoped_release release;
@@ -252,7 +254,9 @@ PYBIND11_MODULE(_C, m) {
            py::arg("max_smem_bytes") = 0)
       .def("run", &PlanHandle::run, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"),
            py::arg("lse"), py::arg("workspace"), py::arg("workspace_bytes"), py::arg("stream"),
-           "va_plan_run (asynchronous, on `stream`).")
+           py::arg("k_scale") = 0.0f, py::arg("v_scale") = 0.0f,
+           "va_plan_run (asynchronous, on `stream`; k_scale / v_scale: an fp8 plan's scales for this run, "
+           "0 = the plan's).")
       .def("info", &PlanHandle::info, "va_plan_info as a dict.");
 
   m.def(

@@ -25,10 +25,10 @@ bool aligned(const void* ptr, uintptr_t a) { return (reinterpret_cast<uintptr_t>
 // The scores' factor to base-2 logits: sm_scale x log2(e), times k_scale (an
 // fp8 cache holds K / k_scale: q . K = k_scale (q . stored), so the factor
 // takes it and the kernels never touch the stored values but to convert them).
-float kernel_scale_log2(const va_params* p) {
-  return static_cast<float>(static_cast<double>(p->sm_scale) * static_cast<double>(p->k_scale) *
-                            1.4426950408889634);
+float kernel_scale_log2(float sm_scale, float k_scale) {
+  return static_cast<float>(static_cast<double>(sm_scale) * static_cast<double>(k_scale) * 1.4426950408889634);
 }
+float kernel_scale_log2(const va_params* p) { return kernel_scale_log2(p->sm_scale, p->k_scale); }
 
 // Scalar configuration: everything but buffers. Shared by all three calls.
 va_status validate_config(const va_params* p) {
@@ -371,6 +371,7 @@ struct va_plan {
   verify_attn::KernelParams kp;
   int32_t dtype;
   int32_t kv_layout;
+  float sm_scale;  // the scores' scale without k_scale (a run's k_scale replaces the plan's)
   bool mla;
   bool has_lse;
   bool empty;
@@ -388,6 +389,7 @@ va_status build_plan(const va_params* p, const va_plan_options& opt, bool plan_e
   std::memset(pl, 0, sizeof(*pl));
   pl->dtype = p->dtype;
   pl->kv_layout = p->kv_layout;
+  pl->sm_scale = p->sm_scale;
   pl->mla = p->v_is_k_prefix == 1;
   pl->empty = is_empty(p);
   if (pl->empty) {
@@ -420,6 +422,34 @@ va_status build_plan(const va_params* p, const va_plan_options& opt, bool plan_e
   return VA_OK;
 }
 
+// A run's own KV scales (va_run_args.k_scale / v_scale; 0 keeps the plan's):
+// an fp8 plan's scale_log2 and v_scale for this run.
+va_status apply_run_scales(const va_plan& pl, const va_run_args* r, KernelParams* kp) {
+  if (r->k_scale == 0.f && r->v_scale == 0.f) return VA_OK;
+  const struct {
+    float v;
+    const char* name;
+  } scales[2] = {{r->k_scale, "run.k_scale"}, {r->v_scale, "run.v_scale"}};
+  for (const auto& sc : scales) {
+    if (sc.v == 0.f) continue;
+    if (!pl.plan.kv_fp8)
+      return va_fail(VA_ERR_INVALID_VALUE, "%s: only a plan for an fp8 cache takes a run's scale (got %g)", sc.name,
+                     static_cast<double>(sc.v));
+    if (!std::isfinite(sc.v) || !(sc.v > 0.f))
+      return va_fail(VA_ERR_INVALID_VALUE, "%s: must be finite and > 0, or 0 for the plan's (got %g)", sc.name,
+                     static_cast<double>(sc.v));
+  }
+  if (r->k_scale != 0.f) {
+    const float s = kernel_scale_log2(pl.sm_scale, r->k_scale);
+    if (!std::isfinite(s))
+      return va_fail(VA_ERR_INVALID_VALUE, "run.k_scale: sm_scale * k_scale * log2(e) overflows a float (k_scale %g)",
+                     static_cast<double>(r->k_scale));
+    kp->scale_log2 = s;
+  }
+  if (r->v_scale != 0.f) kp->v_scale = r->v_scale;
+  return VA_OK;
+}
+
 va_status run_plan(const va_plan* pl, const va_run_args* r) {
   if (pl->empty) return va_ok();
   VA_RETURN_IF(validate_run_ptrs(pl->mla, r->q, r->k, r->v, r->out, r->lse));
@@ -439,6 +469,7 @@ va_status run_plan(const va_plan* pl, const va_run_args* r) {
                      plan.workspace_bytes, r->workspace_bytes);
   }
   KernelParams kp = pl->kp;
+  VA_RETURN_IF(apply_run_scales(*pl, r, &kp));
   kp.q = r->q;
   kp.k = r->k;
   kp.v = pl->mla ? r->k : r->v;

@@ -60,7 +60,7 @@ extern "C" {
 #endif
 
 #define VA_ABI_VERSION 5  /* 3: plan handles (va_plan_*), va_plan_options, va_run_args; 4: va_verify_metadata;
-                             5: va_params.kv_dtype, k_scale, v_scale (fp8 caches) */
+                             5: va_params.kv_dtype, k_scale, v_scale, va_run_args.k_scale, v_scale (fp8 caches) */
 
 typedef enum va_status {
   VA_OK = 0,
@@ -253,6 +253,11 @@ typedef struct va_run_args {
   void* workspace;
   size_t workspace_bytes;
   void* stream;
+  /* A plan for an fp8 cache: this run's scales (a model's layers each have
+     their own), finite and > 0; 0 (va_run_args_init): the plan's, from
+     va_params. Any other plan: both 0. */
+  float k_scale;
+  float v_scale;
 } va_run_args;
 
 void va_run_args_init(va_run_args* r);

@@ -157,6 +157,13 @@ def test_fp8_plan_runs_and_replays_in_a_graph():
     g.replay()
     torch.cuda.synchronize()
     _check(c, out, lse, f"seed {seed} plan, graph replay")
+    # A layer's own scales (each layer of a model has its own): the same plan, no new one.
+    made = plan.plans_made
+    c.update(k_scale=c["k_scale"] * 1.5, v_scale=c["v_scale"] * 0.5)
+    out.fill_(float("nan"))
+    plan.run(c["q"], c["k"], c["v"], out=out, lse=lse, k_scale=c["k_scale"], v_scale=c["v_scale"])
+    _check(c, out, lse, f"seed {seed} plan, a run's own scales")
+    assert plan.plans_made == made
     with pytest.raises(TypeError, match=r"^k_cache: dtype torch.bfloat16 differs from the plan's kv_dtype"):
         plan.run(c["q"], c["k"].to(torch.bfloat16), c["v"].to(torch.bfloat16), out=out, lse=lse)
 

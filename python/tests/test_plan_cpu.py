@@ -16,6 +16,7 @@ from verify_attn import plan as plan_mod
 
 class _FakeC:
     DTYPE_FP16, DTYPE_BF16, MASK_TREE, MASK_CAUSAL, KV_FLAT, KV_PAGED = 0, 1, 0, 1, 0, 1
+    KV_DTYPE_AS_Q, KV_DTYPE_FP8_E4M3 = 0, 1
 
     class Params:
         def set(self, **fields):  # the binding's Params.set
@@ -29,14 +30,15 @@ class _FakeC:
             def __init__(self, p, *options):
                 self.p = p
                 fake.log.append(("plan", options))
+                fake.params = dict(p.__dict__)  # the last plan's va_params
 
             def info(self):
                 return {"name": "fake", "tile_m": 64, "tile_n": 64, "num_warps": 4, "num_stages": 2,
                         "num_splits": 1, "smem_bytes": 0, "sm_arch": 90, "workspace_bytes": 0,
                         "k_tma": False, "q_tma": False, "o_tma": False, "grid_rows_fastest": False}
 
-            def run(self, q, k, v, out, lse, ws, ws_bytes, stream):
-                fake.log.append(("launch", stream, (q, k, v, out, lse)))
+            def run(self, q, k, v, out, lse, ws, ws_bytes, stream, *scales):
+                fake.log.append(("launch", stream, (q, k, v, out, lse), scales))
 
         self.Plan = Plan
 
@@ -117,6 +119,34 @@ def test_one_c_plan_for_many_layers(env):
                                      out.data_ptr(), 0)
     assert p.plans_made == 1 and len(_launches(env)) == 5
     assert [e for e in env if e[0] == "plan"] == [("plan", plan_mod.DEFAULT_OPTIONS)]
+
+
+def test_fp8_plan_takes_its_scales_and_each_runs_own(env):
+    """An fp8 plan: its scales and kv_dtype reach va_params; a run's own scales reach
+    va_plan_run (0.0 keeps the plan's); a plan for a bf16 cache takes none; bad ones name
+    the argument."""
+    p = _plan(kv_dtype=torch.float8_e4m3fn, k_scale=0.5, v_scale=2.0)
+    t = _layer()
+    k8, v8 = t["k_cache"].to(torch.float8_e4m3fn), t["v_cache"].to(torch.float8_e4m3fn)
+    p.run(t["q"], k8, v8)
+    params = attention._load_C().params
+    assert (params["kv_dtype"], params["k_scale"], params["v_scale"]) == (1, 0.5, 2.0)
+    p.run(t["q"], k8, v8, k_scale=0.25)
+    p.run(t["q"], k8, v8, k_scale=0.25, v_scale=3)
+    assert [e[3] for e in _launches(env)] == [(), (0.25, 0.0), (0.25, 3.0)]
+    assert p.plans_made == 1
+    with pytest.raises(ValueError, match=r"^k_scale: must be finite and > 0"):
+        p.run(t["q"], k8, v8, k_scale=float("inf"))
+    with pytest.raises(TypeError, match=r"^v_scale: expected a Python float"):
+        p.run(t["q"], k8, v8, v_scale="2")
+    with pytest.raises(TypeError, match=r"^k_cache: dtype torch.bfloat16 differs from the plan's kv_dtype"):
+        p.run(t["q"], t["k_cache"], t["v_cache"])
+    with pytest.raises(ValueError, match=r"^k_scale: only a plan for an fp8 cache"):
+        _plan().run(t["q"], t["k_cache"], t["v_cache"], k_scale=0.5)
+    with pytest.raises(TypeError, match=r"^kv_dtype: None \(= dtype\)"):
+        _plan(kv_dtype=torch.float8_e5m2)
+    with pytest.raises(ValueError, match=r"^k_scale: only an fp8 cache"):
+        _plan(k_scale=0.5)
 
 
 def test_a_new_layout_is_planned_once(env):

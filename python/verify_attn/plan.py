@@ -281,6 +281,16 @@ class TreeAttentionPlan:
         self._stream_of = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         self.plans_made = 0  # C plans created (one per layout seen)
 
+    def _run_scales(self, k_scale, v_scale):
+        """A run's (k_scale, v_scale) for the handle (0.0: the plan's), validated."""
+        if self._kv_dtype != _attn.KV_FP8:
+            name = "k_scale" if k_scale is not None else "v_scale"
+            raise ValueError(f"{name}: only a plan for an fp8 cache (kv_dtype=torch.float8_e4m3fn) takes a run's "
+                             f"scale; this plan's caches are {self._kv_dtype}")
+        _attn._check_kv_scales(self._names[0], self._kv_dtype, 1.0 if k_scale is None else k_scale,
+                               1.0 if v_scale is None else v_scale)
+        return (0.0 if k_scale is None else float(k_scale), 0.0 if v_scale is None else float(v_scale))
+
     @staticmethod
     def _check_batch_device(qo_indptr) -> None:
         if qo_indptr.device.type != "cuda":
@@ -370,7 +380,7 @@ class TreeAttentionPlan:
 
     def run(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: Optional[torch.Tensor] = None, *,
             out: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
-            return_lse: bool = False):
+            return_lse: bool = False, k_scale: Optional[float] = None, v_scale: Optional[float] = None):
         """One layer: launch on the current stream of the plan's device.
 
         Args:
@@ -381,15 +391,19 @@ class TreeAttentionPlan:
           out: optional ``[total_q, H, head_dim_vo]`` to write (else allocated).
           lse: optional fp32 ``[total_q, H]`` to write (natural log); with
             ``return_lse`` and no ``lse`` one is allocated.
+          k_scale, v_scale: a plan for an fp8 cache: this layer's scales
+            (Python floats, finite, > 0; each layer of a model has its own),
+            None: the plan's. No other plan takes them.
 
         Returns ``out``, or ``(out, lse)`` when ``return_lse`` or ``lse`` is given.
 
         Raises:
           TypeError: ``q`` or a cache not a tensor, a dtype other than the
-            plan's, ``return_lse`` not a bool.
+            plan's, ``return_lse`` not a bool, a scale not a Python float.
           ValueError: at the first run of a layout, a shape, stride, device or
             alignment that does not fit the plan (named as by
-            :func:`verify_attn.tree_attention_paged`).
+            :func:`verify_attn.tree_attention_paged`); a scale not finite or
+            not > 0, or given to a plan that is not for an fp8 cache.
           NotImplementedError: a layout no kernel of this build serves on the
             device (the message names the C-ABI status).
           RuntimeError: a CUDA error of the launch.
@@ -406,6 +420,9 @@ class TreeAttentionPlan:
         """
         if return_lse is not False and return_lse is not True:
             _as_bool(return_lse, "return_lse")  # raises TypeError naming it for a non-bool
+        scales = ()  # the handle's run-scale arguments, given only when the run has its own
+        if k_scale is not None or v_scale is not None:
+            scales = self._run_scales(k_scale, v_scale)
         if lse is None and return_lse:
             if not isinstance(q, torch.Tensor):
                 self._check_tensor_args(q, k_cache, v_cache, out, lse)
@@ -432,11 +449,12 @@ class TreeAttentionPlan:
         v_ptr = 0 if mla else v_cache.data_ptr()
         lse_ptr = 0 if lse is None else lse.data_ptr()
         if index is not None and _current_device() == index:
-            handle.run(q.data_ptr(), k_cache.data_ptr(), v_ptr, out.data_ptr(), lse_ptr, ws, ws_bytes, stream)
+            handle.run(q.data_ptr(), k_cache.data_ptr(), v_ptr, out.data_ptr(), lse_ptr, ws, ws_bytes, stream,
+                       *scales)
         else:
             with torch.cuda.device(self._device):
                 handle.run(q.data_ptr(), k_cache.data_ptr(), v_ptr, out.data_ptr(), lse_ptr, ws, ws_bytes,
-                           stream)
+                           stream, *scales)
         if _errors.debug_enabled() and not _attn._is_compiling() and not _attn._is_capturing():
             _errors.check_errors(self._device)  # debug mode: one host sync per run
         return (out, lse) if lse is not None else out
