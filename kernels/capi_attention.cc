@@ -30,6 +30,30 @@ float kernel_scale_log2(float sm_scale, float k_scale) {
 }
 float kernel_scale_log2(const va_params* p) { return kernel_scale_log2(p->sm_scale, p->k_scale); }
 
+// KV scales, va_params' or a run's (`prefix` "" or "run."; `unset` the value
+// that leaves a scale as it is: 1 in va_params, 0 in a run): another value
+// only for an fp8 cache, finite and > 0, with sm_scale * k_scale * log2(e) a
+// finite float.
+va_status check_kv_scales(bool fp8, float k_scale, float v_scale, float sm_scale, float unset, const char* prefix) {
+  const struct {
+    float v;
+    const char* name;
+  } scales[2] = {{k_scale, "k_scale"}, {v_scale, "v_scale"}};
+  for (const auto& sc : scales) {
+    if (sc.v == unset) continue;
+    if (!fp8)
+      return va_fail(VA_ERR_INVALID_VALUE, "%s%s: only an fp8 cache (kv_dtype VA_KV_DTYPE_FP8_E4M3) takes a scale (got %g)",
+                     prefix, sc.name, static_cast<double>(sc.v));
+    if (!std::isfinite(sc.v) || !(sc.v > 0.f))
+      return va_fail(VA_ERR_INVALID_VALUE, "%s%s: must be finite and > 0 (got %g)", prefix, sc.name,
+                     static_cast<double>(sc.v));
+  }
+  if (k_scale != unset && !std::isfinite(kernel_scale_log2(sm_scale, k_scale)))
+    return va_fail(VA_ERR_INVALID_VALUE, "%sk_scale: sm_scale * k_scale * log2(e) overflows a float (k_scale %g, sm_scale %g)",
+                   prefix, static_cast<double>(k_scale), static_cast<double>(sm_scale));
+  return VA_OK;
+}
+
 // Scalar configuration: everything but buffers. Shared by all three calls.
 va_status validate_config(const va_params* p) {
   if (p == nullptr) return va_fail(VA_ERR_NULL_POINTER, "params: NULL");
@@ -109,22 +133,11 @@ va_status validate_config(const va_params* p) {
   if (p->kv_dtype != VA_KV_DTYPE_AS_Q && p->kv_dtype != VA_KV_DTYPE_FP8_E4M3)
     return va_fail(VA_ERR_INVALID_DTYPE,
                    "kv_dtype: must be VA_KV_DTYPE_AS_Q or VA_KV_DTYPE_FP8_E4M3 (got %d)", p->kv_dtype);
-  const bool fp8 = p->kv_dtype == VA_KV_DTYPE_FP8_E4M3;
-  const struct {
-    float v;
-    const char* name;
-  } scales[2] = {{p->k_scale, "k_scale"}, {p->v_scale, "v_scale"}};
-  for (const auto& sc : scales) {
-    if (!fp8 && sc.v != 1.f)
-      return va_fail(VA_ERR_INVALID_VALUE, "%s: only an fp8 cache (kv_dtype VA_KV_DTYPE_FP8_E4M3) takes a scale (got %g)",
-                     sc.name, static_cast<double>(sc.v));
-    if (!std::isfinite(sc.v) || !(sc.v > 0.f))
-      return va_fail(VA_ERR_INVALID_VALUE, "%s: must be finite and > 0 (got %g)", sc.name, static_cast<double>(sc.v));
+  {
+    const va_status st =
+        check_kv_scales(p->kv_dtype == VA_KV_DTYPE_FP8_E4M3, p->k_scale, p->v_scale, p->sm_scale, 1.f, "");
+    if (st != VA_OK) return st;
   }
-  // The kernels scale the scores by sm_scale * k_scale * log2(e) (kernel_scale_log2).
-  if (!std::isfinite(kernel_scale_log2(p)))
-    return va_fail(VA_ERR_INVALID_VALUE, "k_scale: sm_scale * k_scale * log2(e) overflows a float (k_scale %g, sm_scale %g)",
-                   static_cast<double>(p->k_scale), static_cast<double>(p->sm_scale));
   if (p->num_splits < 0)
     return va_fail(VA_ERR_INVALID_VALUE, "num_splits: must be >= 0 (got %d)", p->num_splits);
   if (p->num_splits > 65535)  // before planning: no device needed to refuse it
@@ -426,26 +439,9 @@ va_status build_plan(const va_params* p, const va_plan_options& opt, bool plan_e
 // an fp8 plan's scale_log2 and v_scale for this run.
 va_status apply_run_scales(const va_plan& pl, const va_run_args* r, KernelParams* kp) {
   if (r->k_scale == 0.f && r->v_scale == 0.f) return VA_OK;
-  const struct {
-    float v;
-    const char* name;
-  } scales[2] = {{r->k_scale, "run.k_scale"}, {r->v_scale, "run.v_scale"}};
-  for (const auto& sc : scales) {
-    if (sc.v == 0.f) continue;
-    if (!pl.plan.kv_fp8)
-      return va_fail(VA_ERR_INVALID_VALUE, "%s: only a plan for an fp8 cache takes a run's scale (got %g)", sc.name,
-                     static_cast<double>(sc.v));
-    if (!std::isfinite(sc.v) || !(sc.v > 0.f))
-      return va_fail(VA_ERR_INVALID_VALUE, "%s: must be finite and > 0, or 0 for the plan's (got %g)", sc.name,
-                     static_cast<double>(sc.v));
-  }
-  if (r->k_scale != 0.f) {
-    const float s = kernel_scale_log2(pl.sm_scale, r->k_scale);
-    if (!std::isfinite(s))
-      return va_fail(VA_ERR_INVALID_VALUE, "run.k_scale: sm_scale * k_scale * log2(e) overflows a float (k_scale %g)",
-                     static_cast<double>(r->k_scale));
-    kp->scale_log2 = s;
-  }
+  const va_status st = check_kv_scales(pl.plan.kv_fp8, r->k_scale, r->v_scale, pl.sm_scale, 0.f, "run.");
+  if (st != VA_OK) return st;
+  if (r->k_scale != 0.f) kp->scale_log2 = kernel_scale_log2(pl.sm_scale, r->k_scale);
   if (r->v_scale != 0.f) kp->v_scale = r->v_scale;
   return VA_OK;
 }
