@@ -106,24 +106,47 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_r32_kernel(const
     constexpr int kTpr = 32 * LW / N;  // threads per row
     const int row = lt / kTpr;
     if constexpr (kFp8) {
-      // Its part of the row's K (fp8 bytes) into registers before K's wait,
-      // then converted into the free buffer; then the same for V.
+      // fp8: a thread holds at most two 16-byte chunks of a row (the load
+      // warpgroup's 40 registers; a D128 share of four spills beside the
+      // paged loader's state), so the tile's rows go in kPasses passes of
+      // kRows rows, kTprP threads per row. The first pass's chunks are read
+      // before the buffer's wait (the read overlaps it), converted into the
+      // free buffer after it; then the other passes; then the same for V.
       const uint8_t* gk = static_cast<const uint8_t*>(p.k);
       const uint8_t* gv = static_cast<const uint8_t*>(p.v);
-      const int sub = lt % kTpr;
+      constexpr int kShare = D / 16 / kTpr;                  // chunks of a row per thread in one pass
+      constexpr int kPasses = kShare > 2 ? kShare / 2 : 1;
+      constexpr int kRows = N / kPasses;
+      constexpr int kTprP = 32 * LW / kRows;
+      static_assert(N % kPasses == 0 && (32 * LW) % kRows == 0 && D / 16 / kTprP <= 2, "fp8 passes");
+      const int prow = lt / kTprP, psub = lt % kTprP;
       for (int i = 0; i < visits; ++i) {
         const uint32_t released = static_cast<uint32_t>(i & 1) ^ 1u;  // parity of tile i - 1's release
+        const KvTileRows<Loader> rows_of{loader, (rt.tile_begin + i) * N, rt.kv_len, &s_bad_kv};
         int64_t k_off = 0, v_off = 0;
-        const bool ok =
-            KvTileRows<Loader>{loader, (rt.tile_begin + i) * N, rt.kv_len, &s_bad_kv}(row, &k_off, &v_off);
-        Fp8RowChunks<D / 16 / kTpr, kTpr> c;
-        c.load(gk + k_off, ok, sub);
+        const bool ok = rows_of(prow, &k_off, &v_off);
+        Fp8RowChunks<D / 16 / kTprP, kTprP> c;
+        c.load(gk + k_off, ok, psub);
         if (i > 0) mbar_wait(empty + kK, released);
-        c.store(sK + row * KS, sub);
+        c.store(sK + prow * KS, psub);
+#pragma unroll
+        for (int pass = 1; pass < kPasses; ++pass) {
+          int64_t ko = 0, vo = 0;
+          const bool okp = rows_of(prow + pass * kRows, &ko, &vo);
+          c.load(gk + ko, okp, psub);
+          c.store(sK + (prow + pass * kRows) * KS, psub);
+        }
         mbar_arrive(full + kK);  // release: the stores above before the consumers' reads
-        c.load(gv + v_off, ok, sub);
+        c.load(gv + v_off, ok, psub);
         if (i > 0) mbar_wait(empty + kV, released);
-        c.store(sV + row * KS, sub);
+        c.store(sV + prow * KS, psub);
+#pragma unroll
+        for (int pass = 1; pass < kPasses; ++pass) {
+          int64_t ko = 0, vo = 0;
+          const bool okp = rows_of(prow + pass * kRows, &ko, &vo);
+          c.load(gv + vo, okp, psub);
+          c.store(sV + (prow + pass * kRows) * KS, psub);
+        }
         mbar_arrive(full + kV);
       }
       sm90::named_barrier_arrive(kDone, Shape::kThreads);

@@ -417,17 +417,10 @@ constexpr bool k_by_tma() {
 // Whether a tile shape has instances for fp8 (e4m3) caches: the GQA warp-role
 // kernels, whose load warps convert each row into q's dtype on its way to
 // shared memory (kernels/loaders/fp8_rows.cuh); the consumers read the same
-// stages as for a q-dtype cache. Not the 32-row kernel at head_dim 128: its
-// load warpgroup's 40 registers (setmaxnreg) cannot hold a thread's share of
-// a row (64 bytes) beside the paged loader's state (ptxas then spills); the
-// plan takes the 16-row kernel there.
+// stages as for a q-dtype cache.
 template <class S>
 constexpr bool kv_fp8_ok() {
-  if constexpr (S::kSplitRoles && !S::kVIsK) {
-    return !(S::kRowsPerWarp == 32 && S::kDqk > 64);
-  } else {
-    return false;
-  }
+  return S::kSplitRoles && !S::kVIsK;
 }
 
 // A tile shape run on an fp8 (e4m3) cache: Base's shape and shared memory,

@@ -112,10 +112,7 @@ def test_fp8_cache_matches_reference(d, path, layout, dtype, splits):
                         v_scale=c["v_scale"], tuning=tuning)
     assert "_e4m3kv_gqa_d%d_roles_" % d in info["name"], info["name"]
     if tuning is not None:
-        # The 32-row kernel has no fp8 instance at head_dim 128 (kernels/plan.h,
-        # kv_fp8_ok): forced there, the rules take the 16-row one.
-        want = testing.ROLES_GQA[d] if (path, d) == ("roles_r32", 128) else PATHS[path][d]
-        assert info["name"].endswith(want), info["name"]
+        assert info["name"].endswith(PATHS[path][d]), info["name"]
     out = torch.full((c["q"].shape[0], c["q"].shape[1], d), float("nan"), dtype=dtype, device="cuda")
     out, lse = _run(c, splits=splits, tuning=tuning, out=out)
     _check(c, out, lse, f"seed {seed} {info['name']} splits {info['num_splits']}")
