@@ -415,16 +415,21 @@ constexpr bool k_by_tma() {
 }
 
 // Whether a tile shape has instances for fp8 (e4m3) caches: the GQA warp-role
-// kernels, whose load warps convert each row into q's dtype on its way to
-// shared memory (kernels/loaders/fp8_rows.cuh); the consumers read the same
-// stages as for a q-dtype cache. Not the 32-row kernel at head_dim 128: its
-// load warpgroup's 40 registers (setmaxnreg) cannot hold a thread's share of
-// a row (64 bytes) beside the paged loader's state (ptxas then spills); the
-// plan takes the 16-row kernel there.
+// kernels and the 2-CTA cluster MLA kernel, whose load warps convert each row
+// into q's dtype on its way to shared memory (kernels/loaders/fp8_rows.cuh);
+// the consumers read the same stages as for a q-dtype cache. Not the 32-row
+// GQA kernel at head_dim 128: its load warpgroup's 40 registers (setmaxnreg)
+// cannot hold a thread's share of a row (64 bytes) beside the paged loader's
+// state (ptxas then spills); the plan takes the 16-row kernel there. Not the
+// one-CTA MLA split kernel: a load thread's share of a 576-wide row (144
+// bytes) does not fit its 56 registers; the plan takes the cluster kernel at
+// every row count for an fp8 MLA cache.
 template <class S>
 constexpr bool kv_fp8_ok() {
   if constexpr (S::kSplitRoles && !S::kVIsK) {
     return !(S::kRowsPerWarp == 32 && S::kDqk > 64);
+  } else if constexpr (S::kSplitRoles) {
+    return S::kClusterX == 2;
   } else {
     return false;
   }

@@ -418,7 +418,7 @@ def test_fp8_column_quantizes_the_caches_and_has_its_own_bound():
     case = lambda shape: types.SimpleNamespace(shape=shape)  # noqa: E731
     assert v.applies(case(shapes.gqa(1, 16, 8 * K))) is None
     assert v.applies(case(shapes.gqa(1, 16, 8 * K, head_dim=64))) is None
-    assert "GQA" in v.applies(case(shapes.mla(1, 16, 64, 32 * K)))
+    assert v.applies(case(shapes.mla(1, 16, 64, 32 * K))) is None
     assert "GQA" in v.applies(case(shapes.gqa(1, 16, 8 * K, head_dim=256)))
     g = torch.Generator().manual_seed(0)
     k, vv = torch.randn(50, 1, 4, 128, generator=g), 3 * torch.randn(50, 1, 4, 128, generator=g)
@@ -432,6 +432,11 @@ def test_fp8_column_quantizes_the_caches_and_has_its_own_bound():
         assert float(deq.abs().max()) == pytest.approx(float(ref.abs().max()), rel=1e-2)
         assert float((deq - ref.double()).norm() / ref.double().norm()) < 0.05
     assert v._caches(inp)[0] is k8  # one copy per row's inputs
+    mla_inp = types.SimpleNamespace(k_cache=inp.k_cache.clone(), v_cache=None)  # MLA: k_scale only
+    k8m, v8m, kwm = v._caches(mla_inp)
+    assert v8m is None and "v_scale" not in kwm and kwm["k_scale"] == pytest.approx(kw["k_scale"])
+    s = ours.OursPagedFp8(max_smem_bytes=ours.SM120_SMEM_BYTES, tag="sm120")
+    assert s.name == "ours_paged@fp8_sm120" and s.tuning().max_smem_bytes == ours.SM120_SMEM_BYTES
     other = types.SimpleNamespace(k_cache=inp.k_cache[:10].clone(), v_cache=inp.v_cache[:10].clone())
     assert v._caches(other)[0].shape[0] == 10  # another row's inputs: their own copies
 
