@@ -279,6 +279,8 @@ def build_impls(dry_run: bool, baselines_dir: str):
         # The SGLang backends import the real SGLang after sglang_triton has
         # loaded its staged kernels (see sglang_backend's docstring): last.
         (last if name == "sglang_backend" else impls).extend(known[name]())
+        if name == "sglang_extend" and FLAGS.kv_dtype == "fp8_e4m3":
+            impls.append(sglang_triton.SGLangExtendFp8(baselines_dir))
     return impls + last
 
 

@@ -538,6 +538,37 @@ def test_sglang_not_staged_message(tmp_path):
     assert ch.applies(type("C", (), {"shape": shapes.mla(1, 16, 16, 4 * K), "uniform_q": True})())
 
 
+@pytest.mark.parametrize("model", ["mla", "gqa"])
+def test_sglang_fp8_column_passes_the_fp8_copies_and_scales(model):
+    """sglang_extend@fp8: extend_attention_fwd gets the fp8 copies ours_paged@fp8
+    reads (one quantization per input set, benchlib.fp8), as [slots, Hkv, D]
+    buffers (MLA: the value buffer the latent one's first 512 columns), the
+    drafts' K / V in q's dtype, and the scales (MLA: k_scale for both)."""
+    import types
+
+    from benchlib import fp8, inputs, ours
+    from benchlib.baselines import sglang_triton as st
+
+    shp = (shapes.Shape("mla", 2, 4, 1, 576, 512, 5, 37, "ddtree") if model == "mla"
+           else shapes.Shape("gqa", 3, 8, 2, 64, 64, 6, 50, "random"))
+    case = inputs.build_case(shp, "cpu", page_size=4, seed=3)
+    s = inputs.make_inputs(case)
+    seen = {}
+    impl = st.SGLangExtendFp8("/nonexistent")
+    impl._mods = (types.SimpleNamespace(extend_attention_fwd=lambda *a, **kw: seen.update(a=a, kw=kw)), None, None)
+    impl.prepare(case, s)()
+    a = seen["a"]
+    k8, ks, v8, vs = fp8.SHARED.get(s)
+    assert a[4].dtype == a[5].dtype == torch.float8_e4m3fn and a[4].shape == s.k_slots.shape
+    assert a[4].data_ptr() == k8.data_ptr() and a[1] is s.k_ext and a[2] is s.v_ext
+    if model == "mla":
+        assert v8 is None and a[5].data_ptr() == k8.data_ptr() and a[5].shape[-1] == 512 and a[-2:] == (ks, ks)
+    else:
+        assert a[5].data_ptr() == v8.data_ptr() and a[-2:] == (ks, vs)
+    assert ours.OursPagedFp8()._caches(s)[0] is k8  # ours@fp8 reads the same bytes
+    assert impl.name == "sglang_extend@fp8" and impl.tol > ours.OursPagedFp8.tol
+
+
 @pytest.mark.skipif(os.environ.get("VERIFY_ATTN_TEST_SGLANG_INTERPRET") != "1",
                     reason="opt-in: SGLang's staged kernels under the Triton interpreter (slow)")
 def test_sglang_kernels_under_triton_interpreter():
