@@ -54,6 +54,16 @@ va_status check_kv_scales(bool fp8, float k_scale, float v_scale, float sm_scale
   return VA_OK;
 }
 
+// An MLA cache holds K and V in one tensor (V its first columns): k_scale
+// scales both products, and a v_scale (other than `unset`) must equal it.
+va_status check_mla_v_scale(float v_scale, float unset, float k_scale, const char* prefix) {
+  if (v_scale == unset || v_scale == k_scale) return VA_OK;
+  return va_fail(VA_ERR_INVALID_VALUE,
+                 "%sv_scale: an MLA cache holds K and V in one tensor, which k_scale scales; v_scale must be "
+                 "left unset or equal k_scale (got v_scale %g, k_scale %g)",
+                 prefix, static_cast<double>(v_scale), static_cast<double>(k_scale));
+}
+
 // Scalar configuration: everything but buffers. Shared by all three calls.
 va_status validate_config(const va_params* p) {
   if (p == nullptr) return va_fail(VA_ERR_NULL_POINTER, "params: NULL");
@@ -137,6 +147,10 @@ va_status validate_config(const va_params* p) {
     const va_status st =
         check_kv_scales(p->kv_dtype == VA_KV_DTYPE_FP8_E4M3, p->k_scale, p->v_scale, p->sm_scale, 1.f, "");
     if (st != VA_OK) return st;
+    if (p->v_is_k_prefix == 1) {
+      const va_status mst = check_mla_v_scale(p->v_scale, 1.f, p->k_scale, "");
+      if (mst != VA_OK) return mst;
+    }
   }
   if (p->num_splits < 0)
     return va_fail(VA_ERR_INVALID_VALUE, "num_splits: must be >= 0 (got %d)", p->num_splits);
@@ -356,7 +370,7 @@ KernelParams make_kernel_params(const va_params* p, const Plan& plan) {
   kp.num_kv_heads = p->num_kv_heads;
   kp.group = plan.group;
   kp.scale_log2 = kernel_scale_log2(p);
-  kp.v_scale = p->v_scale;
+  kp.v_scale = p->v_is_k_prefix == 1 ? p->k_scale : p->v_scale;  // MLA: V is K's first columns
   kp.num_splits = plan.splits;
   kp.ws_rows = plan.ws_rows;
   kp.grid_rows_fastest = plan.grid_rows_fastest ? 1 : 0;
@@ -441,6 +455,13 @@ va_status apply_run_scales(const va_plan& pl, const va_run_args* r, KernelParams
   if (r->k_scale == 0.f && r->v_scale == 0.f) return VA_OK;
   const va_status st = check_kv_scales(pl.plan.kv_fp8, r->k_scale, r->v_scale, pl.sm_scale, 0.f, "run.");
   if (st != VA_OK) return st;
+  if (pl.mla) {  // kp->v_scale holds the plan's k_scale (make_kernel_params)
+    const float k_scale = r->k_scale != 0.f ? r->k_scale : kp->v_scale;
+    VA_RETURN_IF(check_mla_v_scale(r->v_scale, 0.f, k_scale, "run."));
+    kp->scale_log2 = kernel_scale_log2(pl.sm_scale, k_scale);
+    kp->v_scale = k_scale;
+    return VA_OK;
+  }
   if (r->k_scale != 0.f) kp->scale_log2 = kernel_scale_log2(pl.sm_scale, r->k_scale);
   if (r->v_scale != 0.f) kp->v_scale = r->v_scale;
   return VA_OK;

@@ -100,19 +100,24 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_kernel(const Ker
       const uint8_t* gk = static_cast<const uint8_t*>(p.k);
       const uint8_t* gv = static_cast<const uint8_t*>(p.v);
       const int row = lt / kTpr, sub = lt % kTpr;
-      for (int i = 0; i < visits; ++i) {
-        const int st = i % STAGES;
-        int64_t k_off = 0, v_off = 0;
-        const bool ok =
-            KvTileRows<Loader>{loader, (rt.tile_begin + i) * N, rt.kv_len, &s_bad_kv}(row, &k_off, &v_off);
-        Fp8RowChunks<D / 16 / kTpr, kTpr> kc, vc;
-        kc.load(gk + k_off, ok, sub);
-        vc.load(gv + v_off, ok, sub);
-        if (i >= STAGES) mbar_wait(empty + st, static_cast<uint32_t>((i / STAGES) & 1) ^ 1u);
-        kc.store(sK + st * N * KS + row * KS, sub);
-        vc.store(sV + st * N * KS + row * KS, sub);
-        mbar_arrive(full + st);  // release: the stores above before the consumers' reads
-      }
+      struct Fetched {
+        Fp8RowChunks<D / 16 / kTpr, kTpr> k, v;
+      };
+      convert_role_ring<STAGES>(
+          visits, full, empty,
+          [&](int i) {
+            int64_t k_off = 0, v_off = 0;
+            const bool ok =
+                KvTileRows<Loader>{loader, (rt.tile_begin + i) * N, rt.kv_len, &s_bad_kv}(row, &k_off, &v_off);
+            Fetched f;
+            f.k.load(gk + k_off, ok, sub);
+            f.v.load(gv + v_off, ok, sub);
+            return f;
+          },
+          [&](const Fetched& f, int st) {
+            f.k.store(sK + st * N * KS + row * KS, sub);
+            f.v.store(sV + st * N * KS + row * KS, sub);
+          });
       sm90::named_barrier_arrive(kDone, Shape::kThreads);
       return;
     }

@@ -14,7 +14,9 @@
 // Per KV tile (visit i, stage i % STAGES, P and exchange buffer b = i % 2):
 //   load warps  wait until the stage is free, gather the CTA's 288 dims of
 //               its N rows (zero rows past kv_len or at a bad index, which is
-//               flagged), their copies completing on the stage's `full`;
+//               flagged), their copies completing on the stage's `full`; an
+//               fp8 cache's rows read into registers before the wait and
+//               converted into the stage (KvFp8, kernels/plan.h);
 //   S warps     wait `full`, S_c = Q_c K_c^T (16 rows x N per warp, Q_c in
 //               registers), release the stage for their part, send S_c into
 //               the partner's exchange buffer b (st.async, whose bytes
@@ -52,6 +54,7 @@
 #include "kernels/core/softmax.cuh"
 #include "kernels/core/types.cuh"
 #include "kernels/launch.h"
+#include "kernels/loaders/fp8_rows.cuh"
 #include "kernels/loaders/tile_copy.cuh"
 #include "kernels/plan.h"
 #include "kernels/sm90/sync.cuh"
@@ -126,12 +129,43 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
     const Loader loader(p, cc.req, cc.hk);
     const int kv_len = rt.kv_len, tile_begin = rt.tile_begin, visits = rt.tile_end - rt.tile_begin;
     const int lt = tid - CT;
-    const DT* gk = static_cast<const DT*>(p.k);
-    load_role_ring<STAGES>(visits, full, empty, [&](int i, int st) {
-      copy_rows_2range_async<N, 32 * Shape::kLoadWarps, DVH, DR, KS>(
-          sK + st * N * KS, gk, DVH * c, DV + DR * c,
-          KvTileRows<Loader>{loader, (tile_begin + i) * N, kv_len, &s_bad_kv}, lt);
-    });
+    if constexpr (IsKvFp8<Shape>::value) {
+      // An fp8 cache (kernels/loaders/fp8_rows.cuh): kTpr threads per row,
+      // each with 16-byte chunks of the CTA's 256 value columns and 8 bytes
+      // of its 32 rope dims, read before the stage's wait, converted into
+      // the stage where the cp.async copies of a q-dtype cache land.
+      constexpr int kTpr = 32 * Shape::kLoadWarps / N;
+      static_assert(kTpr * N == 32 * Shape::kLoadWarps && DVH % (16 * kTpr) == 0 && DR == 8 * kTpr,
+                    "one row per kTpr load threads: value chunks of 16 bytes and a rope piece of 8 each");
+      const uint8_t* g8 = static_cast<const uint8_t*>(p.k);
+      const int row = lt / kTpr, sub = lt % kTpr;
+      struct Fetched {
+        Fp8RowChunks<DVH / 16 / kTpr, kTpr> vals;
+        uint2 rope;
+      };
+      convert_role_ring<STAGES>(
+          visits, full, empty,
+          [&](int i) {
+            int64_t off = 0, v_off = 0;
+            const bool ok = KvTileRows<Loader>{loader, (tile_begin + i) * N, kv_len, &s_bad_kv}(row, &off, &v_off);
+            Fetched f;
+            f.vals.load(g8 + off + DVH * c, ok, sub);
+            f.rope = ok ? __ldg(reinterpret_cast<const uint2*>(g8 + off + DV + DR * c) + sub) : make_uint2(0u, 0u);
+            return f;
+          },
+          [&](const Fetched& f, int st) {
+            DT* srow = sK + (st * N + row) * KS;
+            f.vals.store(srow, sub);
+            *reinterpret_cast<uint4*>(srow + DVH + 8 * sub) = e4m3x8_to<DT>(f.rope);
+          });
+    } else {
+      const DT* gk = static_cast<const DT*>(p.k);
+      load_role_ring<STAGES>(visits, full, empty, [&](int i, int st) {
+        copy_rows_2range_async<N, 32 * Shape::kLoadWarps, DVH, DR, KS>(
+            sK + st * N * KS, gk, DVH * c, DV + DR * c,
+            KvTileRows<Loader>{loader, (tile_begin + i) * N, kv_len, &s_bad_kv}, lt);
+      });
+    }
     named_barrier_arrive(kDone, Shape::kThreads);
     cluster::barrier_arrive_relaxed();
     cluster::barrier_wait();
@@ -268,7 +302,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
       const int gr = row0 + r;
       if (gr >= R) continue;
       const float l = sStat[M + r];
-      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const float inv = l > 0.f ? p.v_scale / l : 0.f;  // v_scale: 1 but for an fp8 cache
       store_out_row<NTO, DV, DT>(p, split, folded_row(q_start, hk, G, gr), DVH * c + col0 + 2 * t4, o[mi], h,
                                  inv, OnlineSoftmaxRow::lse(sStat[r], l), c == 0 && col0 == 0 && t4 == 0);
     }

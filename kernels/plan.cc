@@ -319,7 +319,10 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
     if (sm90a && tma_k_cache_ok(p)) cands[n++] = kCfgMlaWgmmaSeesawTma;
     if (sm90a && rows_hint_ok(p)) cands[n++] = kCfgMlaWgmmaSeesawRows;
     if (sm90a) cands[n++] = kCfgMlaWgmmaM64N64PR;
-    if (rows_max > 32 && cluster_grid_ok(kCfgMlaClusterM64N32, p) && image_ok(kCfgMlaClusterM64N32, dev))
+    // An fp8 cache takes the cluster kernel at every row count (the only
+    // portable MLA kernel that converts it, kv_fp8_ok).
+    if ((rows_max > 32 || kv_fp8) && cluster_grid_ok(kCfgMlaClusterM64N32, p) &&
+        image_ok(kCfgMlaClusterM64N32, dev))
       cands[n++] = kCfgMlaClusterM64N32;
     if (image_ok(kCfgMlaSplitM32N32, dev)) cands[n++] = kCfgMlaSplitM32N32;
     cands[n++] = kCfgMlaM32N32S1;
@@ -366,9 +369,9 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
     n = kept;
     if (n == 0)
       return va_fail(VA_ERR_UNSUPPORTED,
-                     "kv_dtype: fp8 (e4m3) caches are served for GQA / MHA of head_dim 64 and 128 by the "
-                     "warp-role kernels (sm_90a / sm_120a images); not for %s on sm_%d",
-                     mla ? "MLA" : p.head_dim_qk == 256 ? "head_dim 256" : "this call", dev.sm_arch);
+                     "kv_dtype: fp8 (e4m3) caches are served for GQA / MHA of head_dim 64 and 128 and for "
+                     "MLA by the warp-role kernels (sm_90a / sm_120a images); not for %s on sm_%d",
+                     p.head_dim_qk == 256 ? "head_dim 256" : "this call", dev.sm_arch);
   }
   int chosen = -1;
   // options.config: that configuration when it serves this call (else the

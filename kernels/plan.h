@@ -415,12 +415,21 @@ constexpr bool k_by_tma() {
 }
 
 // Whether a tile shape has instances for fp8 (e4m3) caches: the GQA warp-role
-// kernels, whose load warps convert each row into q's dtype on its way to
-// shared memory (kernels/loaders/fp8_rows.cuh); the consumers read the same
-// stages as for a q-dtype cache.
+// kernels and the 2-CTA cluster MLA kernel, whose load warps convert each row
+// into q's dtype on its way to shared memory (kernels/loaders/fp8_rows.cuh);
+// the consumers read the same stages as for a q-dtype cache. Not the one-CTA
+// MLA split kernel: a load thread's share of a 576-wide row (144 bytes) does
+// not fit its 56 registers; the plan takes the cluster kernel at every row
+// count for an fp8 MLA cache.
 template <class S>
 constexpr bool kv_fp8_ok() {
-  return S::kSplitRoles && !S::kVIsK;
+  if constexpr (S::kSplitRoles && !S::kVIsK) {
+    return true;
+  } else if constexpr (S::kSplitRoles) {
+    return S::kClusterX == 2;
+  } else {
+    return false;
+  }
 }
 
 // A tile shape run on an fp8 (e4m3) cache: Base's shape and shared memory,

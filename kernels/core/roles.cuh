@@ -72,6 +72,23 @@ __device__ __forceinline__ void load_role_ring(int visits, uint64_t* full, uint6
   cp_async_wait<0>();
 }
 
+// load_role_ring for a cache converted on its way to shared memory (fp8,
+// kernels/loaders/fp8_rows.cuh): fetch(i) reads the thread's part of tile i
+// into registers before the stage's wait, so that the read's latency overlaps
+// it; put(fetched, stage) converts and stores it, and the thread's ordinary
+// (release) arrive on `full` orders those stores before the readers' loads.
+template <int STAGES, class Fetch, class Put>
+__device__ __forceinline__ void convert_role_ring(int visits, uint64_t* full, uint64_t* empty, Fetch fetch,
+                                                  Put put) {
+  for (int i = 0; i < visits; ++i) {
+    const int st = i % STAGES;
+    const auto fetched = fetch(i);
+    if (i >= STAGES) sm90::mbar_wait(empty + st, static_cast<uint32_t>((i / STAGES) & 1) ^ 1u);
+    put(fetched, st);
+    sm90::mbar_arrive(full + st);
+  }
+}
+
 }  // namespace verify_attn
 
 #endif  // VERIFY_ATTN_CORE_ROLES_CUH_

@@ -35,6 +35,14 @@ __device__ __forceinline__ uint32_t e4m3x2_to(uint32_t two) {
   }
 }
 
+// Eight e4m3 values (8 bytes, the first in the low byte of x) as 16 bytes of
+// q-dtype elements.
+template <typename DT>
+__device__ __forceinline__ uint4 e4m3x8_to(uint2 raw) {
+  return make_uint4(e4m3x2_to<DT>(raw.x & 0xffffu), e4m3x2_to<DT>(raw.x >> 16), e4m3x2_to<DT>(raw.y & 0xffffu),
+                    e4m3x2_to<DT>(raw.y >> 16));
+}
+
 // The CHUNKS 16-byte chunks of one row a thread moves: chunk c is the row's
 // chunk sub + TPR x c (TPR threads per row, consecutive threads on
 // consecutive chunks, as copy_rows_async spreads them).
@@ -55,16 +63,9 @@ struct Fp8RowChunks {
   __device__ __forceinline__ void store(DT* srow, int sub) const {
 #pragma unroll
     for (int c = 0; c < CHUNKS; ++c) {
-      const uint32_t w[4] = {raw[c].x, raw[c].y, raw[c].z, raw[c].w};
-      uint32_t o[8];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        o[2 * i] = e4m3x2_to<DT>(w[i] & 0xffffu);
-        o[2 * i + 1] = e4m3x2_to<DT>(w[i] >> 16);
-      }
       uint4* dst = reinterpret_cast<uint4*>(srow + (sub + TPR * c) * 16);
-      dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
-      dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
+      dst[0] = e4m3x8_to<DT>(make_uint2(raw[c].x, raw[c].y));
+      dst[1] = e4m3x8_to<DT>(make_uint2(raw[c].z, raw[c].w));
     }
   }
 };

@@ -154,6 +154,8 @@ int main(void) {
        "v_scale");
   CASE("k_scale overflow", (p.kv_dtype = VA_KV_DTYPE_FP8_E4M3, p.sm_scale = 1.0e3f, p.k_scale = 1.0e36f), VA_ERR_INVALID_VALUE,
        "k_scale");
+  CASE("mla v_scale not k_scale", (p.kv_dtype = VA_KV_DTYPE_FP8_E4M3, p.k_scale = 0.5f, p.v_scale = 0.25f),
+       VA_ERR_INVALID_VALUE, "v_scale");
   CASE("fp8 k stride", (p.kv_dtype = VA_KV_DTYPE_FP8_E4M3, p.k_stride_token = 584), VA_ERR_INVALID_STRIDE,
        "k_stride_token");
   /* head-major outputs ([H, T, D] in memory) are fine: validation passes,

@@ -701,8 +701,9 @@ int main() {
   // fp8 (e4m3) caches: the GQA warp-role kernels at every row count (the only
   // configurations with fp8 instances; here also where a q-dtype cache takes
   // the one-tile kernel), "_e4m3kv" in the name, a forced configuration
-  // without fp8 instances left to the rules; MLA and head_dim 256 refused
-  // naming kv_dtype.
+  // without fp8 instances left to the rules; MLA on the cluster kernel at
+  // every row count (16 rows included, where a q-dtype cache takes the split
+  // kernel); head_dim 256 refused naming kv_dtype.
   {
     const std::string archs = va_compiled_archs();
     struct F { int d, hq, hkv, b, q; long kv; };
@@ -732,13 +733,29 @@ int main() {
         }
         set_config("");
       }
-      for (const bool mla : {true, false}) {
-        va_params p = shape(mla, 256, 16, 2, 1, 16, 4096);
+      for (const int q : {1, 4, 64}) {
+        va_params p = shape(true, 576, 16, 1, 2, q, 4096);
         p.kv_dtype = VA_KV_DTYPE_FP8_E4M3;
         va::Plan plan;
         const va_status st = make_plan(p, dev, &plan);
-        CHECK(st == VA_ERR_UNSUPPORTED && std::string(va_last_error_message()).find("kv_dtype") == 0,
-              "fp8 %s on sm_%d: %d %s", mla ? "MLA" : "D256", dev.sm_arch, st, va_last_error_message());
+        if (!roles) {
+          CHECK(st == VA_ERR_UNSUPPORTED && std::string(va_last_error_message()).find("kv_dtype") == 0,
+                "fp8 MLA without a warp-role image on sm_%d: %s", dev.sm_arch, va_last_error_message());
+          continue;
+        }
+        CHECK(st == VA_OK && plan.kv_fp8 && plan.config == va::kCfgMlaClusterM64N32 &&
+                  std::string(plan.name).find("_e4m3kv_mla_cluster_m64n32") != std::string::npos,
+              "fp8 MLA T%d on sm_%d: %d %s %s", q, dev.sm_arch, st, st == VA_OK ? plan.name : "",
+              va_last_error_message());
+      }
+      {
+        va_params p = shape(false, 256, 16, 2, 1, 16, 4096);
+        p.kv_dtype = VA_KV_DTYPE_FP8_E4M3;
+        va::Plan plan;
+        const va_status st = make_plan(p, dev, &plan);
+        CHECK(st == VA_ERR_UNSUPPORTED && std::string(va_last_error_message()).find("kv_dtype") == 0 &&
+                  std::string(va_last_error_message()).find("head_dim 256") != std::string::npos,
+              "fp8 D256 on sm_%d: %d %s", dev.sm_arch, st, va_last_error_message());
       }
     }
   }

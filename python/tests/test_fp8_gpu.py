@@ -6,7 +6,9 @@ signs, the largest magnitudes; never a NaN code), so the conversion meets each
 value it can; the scales keep the scores in a softmax's range. Outputs are
 poisoned with NaN before each launch. Paths: the plan's, and each GQA warp-role
 kernel forced (16- and 32-row consumer warps), flat and paged caches (page_size
-1 scattered, 16), split and unsplit, trees and chains, bf16 and fp16 q.
+1 scattered, 16), split and unsplit, trees and chains, bf16 and fp16 q; MLA
+(576 / 512) on the cluster kernel, the one that serves an fp8 latent cache, from
+16 rows per KV head (one draft) up.
 """
 
 import math
@@ -34,13 +36,19 @@ def _fp8_codes(shape, gen):
     return b.to(torch.uint8).cuda().view(FP8)
 
 
-def _case(seed, *, d, layout, dtype, causal, hq=8, hkv=2):
+def _case(seed, *, d, layout, dtype, causal, hq=8, hkv=2, q_lens=None):
+    """d 576: MLA (one KV head, the value the first 512 columns of k, v None)."""
     rng = random.Random(seed)
     gen = torch.Generator().manual_seed(seed)
+    mla = d == 576
+    if mla:
+        hkv = 1
     batch = 3
-    q_lens = [rng.randint(1, 40) for _ in range(batch)]
-    if rng.random() < 0.5:
-        q_lens[0] = 64 * 5 // (hq // hkv) + 1  # more than 256 rows per KV head in one request
+    if q_lens is None:
+        q_lens = [rng.randint(1, 40) for _ in range(batch)]
+        if rng.random() < 0.5:
+            q_lens[0] = 64 * 5 // (hq // hkv) + 1  # more than 256 rows per KV head in one request
+    batch = len(q_lens)
     prefix = [rng.randint(0, 300) for _ in range(batch)]
     kv_lens = [p + q for p, q in zip(prefix, q_lens)]
     qo = torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0)), dtype=torch.int32, device="cuda")
@@ -52,19 +60,21 @@ def _case(seed, *, d, layout, dtype, causal, hq=8, hkv=2):
     tree = None if causal else masks.from_parents(torch.tensor(parents, dtype=torch.int32, device="cuda"), qo)
     # Scores of a softmax's range from codes up to 448: k_scale * 448 * sqrt(d) stays near 10.
     k_scale = 1.0 / 64 / math.sqrt(d) * rng.uniform(0.5, 2.0)
-    v_scale = rng.uniform(0.01, 0.1)
+    v_scale = 1.0 if mla else rng.uniform(0.01, 0.1)  # MLA: the values take k_scale
     c = dict(q=q, qo=qo, tree=tree, causal=causal, q_lens=q_lens, kv_lens=kv_lens, k_scale=k_scale,
              v_scale=v_scale, layout=layout)
     if layout == "flat":
         kv_indptr = torch.tensor([0] + list(torch.tensor(kv_lens).cumsum(0)), dtype=torch.int32, device="cuda")
         rows = int(kv_indptr[-1])
-        c.update(k=_fp8_codes((rows, hkv, d), gen), v=_fp8_codes((rows, hkv, d), gen), kv_indptr=kv_indptr)
+        c.update(k=_fp8_codes((rows, hkv, d), gen), v=None if mla else _fp8_codes((rows, hkv, d), gen),
+                 kv_indptr=kv_indptr)
     else:
         ps = 1 if layout == "page1" else 16
         pages = [(n + ps - 1) // ps for n in kv_lens]
         num_pages = sum(pages) + 5
         perm = torch.randperm(num_pages, generator=gen)[: sum(pages)].to(torch.int32).cuda()
-        c.update(k=_fp8_codes((num_pages, ps, hkv, d), gen), v=_fp8_codes((num_pages, ps, hkv, d), gen),
+        c.update(k=_fp8_codes((num_pages, ps, hkv, d), gen),
+                 v=None if mla else _fp8_codes((num_pages, ps, hkv, d), gen),
                  kv_indptr=torch.tensor([0] + list(torch.tensor(pages).cumsum(0)), dtype=torch.int32, device="cuda"),
                  kv_indices=perm, kv_len=torch.tensor(kv_lens, dtype=torch.int32, device="cuda"))
     return c
@@ -183,16 +193,54 @@ def test_fp8_bad_index_flags_and_nans_its_request(splits):
     assert bool(torch.isfinite(out[qo[0]:qo[1]]).all()) and bool(torch.isfinite(out[qo[2]:]).all())
 
 
-@pytest.mark.parametrize("kind", ["mla", "d256"])
-def test_fp8_cache_not_served_is_refused_naming_kv_dtype(kind):
+@pytest.mark.parametrize("splits", [0, 3], ids=["splits0", "splits3"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("layout", ["flat", "page1", "page16"])
+@pytest.mark.parametrize("drafts", ["one", "many"])
+def test_fp8_mla_cache_matches_reference(drafts, layout, dtype, splits):
+    """MLA, 16 heads: one draft per request (16 rows per KV head: the cluster kernel
+    with half its rows empty) or up to 40 (a 640-row request among them)."""
+    seed = testing.new_seed()
+    q_lens = [1, 1, 1] if drafts == "one" else None
+    c = _case(seed, d=576, layout=layout, dtype=dtype, causal=seed % 3 == 0, hq=16, q_lens=q_lens)
+    info = va.plan_info(c["q"], c["k"], None, c["qo"], c["kv_indptr"], c.get("kv_indices"), c.get("kv_len"),
+                        tree_mask=c["tree"], causal=c["causal"], max_q_len=max(c["q_lens"]),
+                        max_kv_len=max(c["kv_lens"]), num_splits=splits, k_scale=c["k_scale"])
+    assert info["name"].endswith("_e4m3kv_mla_cluster_m64n32"), info["name"]
+    out = torch.full((c["q"].shape[0], 16, 512), float("nan"), dtype=dtype, device="cuda")
+    out, lse = _run(c, splits=splits, out=out)
+    _check(c, out, lse, f"seed {seed} {info['name']} splits {info['num_splits']}")
+
+
+def test_fp8_mla_plan_run_scales_and_v_scale_rule():
+    """A plan's run with its own k_scale (MLA: it scales the values too); a v_scale
+    other than k_scale is refused naming v_scale, one equal to it accepted."""
+    seed = testing.new_seed()
+    c = _case(seed, d=576, layout="page16", dtype=torch.bfloat16, causal=False, hq=16)
+    plan = va.TreeAttentionPlan(c["qo"], c["kv_indptr"], c["kv_indices"], c["kv_len"], num_qo_heads=16,
+                                head_dim_qk=576, head_dim_vo=512, tree_mask=c["tree"], max_q_len=max(c["q_lens"]),
+                                max_kv_len=max(c["kv_lens"]), kv_dtype=FP8, k_scale=c["k_scale"])
+    out = torch.full((c["q"].shape[0], 16, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
+    lse = torch.empty((c["q"].shape[0], 16), dtype=torch.float32, device="cuda")
+    plan.run(c["q"], c["k"], out=out, lse=lse)
+    _check(c, out, lse, f"seed {seed} MLA plan")
+    c["k_scale"] *= 1.5
+    out.fill_(float("nan"))
+    plan.run(c["q"], c["k"], out=out, lse=lse, k_scale=c["k_scale"], v_scale=c["k_scale"])
+    _check(c, out, lse, f"seed {seed} MLA plan, a run's own k_scale")
+    with pytest.raises(ValueError, match=r"^v_scale: an MLA cache holds K and V in one tensor"):
+        plan.run(c["q"], c["k"], out=out, lse=lse, k_scale=c["k_scale"], v_scale=2 * c["k_scale"])
+    with pytest.raises(ValueError, match=r"^v_scale: an MLA cache holds K and V in one tensor"):
+        va.tree_attention_paged(c["q"], c["k"], None, c["qo"], c["kv_indptr"], c["kv_indices"], c["kv_len"],
+                                tree_mask=c["tree"], max_q_len=max(c["q_lens"]), max_kv_len=max(c["kv_lens"]),
+                                k_scale=0.5, v_scale=0.25)
+
+
+def test_fp8_cache_not_served_is_refused_naming_kv_dtype():
     qo = torch.tensor([0, 4], dtype=torch.int32, device="cuda")
     kv_indptr = torch.tensor([0, 20], dtype=torch.int32, device="cuda")
-    if kind == "mla":
-        q = torch.randn(4, 16, 576, device="cuda", dtype=torch.bfloat16)
-        k, v = torch.randn(20, 1, 576, device="cuda").to(FP8), None
-    else:
-        q = torch.randn(4, 4, 256, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn(20, 2, 256, device="cuda").to(FP8)
-        v = torch.randn(20, 2, 256, device="cuda").to(FP8)
-    with pytest.raises(NotImplementedError, match=r"kv_dtype: fp8 \(e4m3\) caches are served for GQA"):
+    q = torch.randn(4, 4, 256, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(20, 2, 256, device="cuda").to(FP8)
+    v = torch.randn(20, 2, 256, device="cuda").to(FP8)
+    with pytest.raises(NotImplementedError, match=r"kv_dtype: fp8 \(e4m3\) caches are served for GQA.*head_dim 256"):
         va.tree_attention_flat(q, k, v, qo, kv_indptr, causal=True, max_q_len=4, max_kv_len=20, k_scale=0.5)

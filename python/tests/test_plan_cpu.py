@@ -149,6 +149,21 @@ def test_fp8_plan_takes_its_scales_and_each_runs_own(env):
         _plan(k_scale=0.5)
 
 
+def test_fp8_mla_plan_v_scale_is_k_scale(env):
+    """MLA's one cache: k_scale scales the values too, so a v_scale (the plan's or a
+    run's) other than k_scale is refused naming v_scale; unset or equal passes."""
+    mla = dict(num_qo_heads=16, num_kv_heads=1, head_dim_qk=576, head_dim_vo=512, kv_dtype=torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match=r"^v_scale: an MLA cache holds K and V in one tensor"):
+        _plan(k_scale=0.5, v_scale=0.25, **mla)
+    _plan(k_scale=0.5, v_scale=0.5, **mla)
+    p = _plan(k_scale=0.5, **mla)
+    with pytest.raises(ValueError, match=r"^v_scale: an MLA cache holds K and V in one tensor"):
+        p._run_scales(None, 0.25)
+    with pytest.raises(ValueError, match=r"^v_scale: an MLA cache holds K and V in one tensor"):
+        p._run_scales(0.25, 0.5)
+    assert p._run_scales(0.25, 0.25) == (0.25, 0.25) and p._run_scales(None, 0.5) == (0.0, 0.5)
+
+
 def test_a_new_layout_is_planned_once(env):
     p = _plan()
     t = _layer()

@@ -143,6 +143,8 @@ CASES = [
     ("v_scale_bf16_cache", "paged", set_(v_scale=2.0), ValueError, r"^v_scale: only an fp8 cache"),
     ("k_scale_nan", "flat", both(_fp8, set_(k_scale=float("nan"))), ValueError, r"^k_scale: must be finite and > 0"),
     ("v_scale_zero", "paged", both(_fp8, set_(v_scale=0.0)), ValueError, r"^v_scale: must be finite and > 0"),
+    ("mla_v_scale_not_k_scale", "mla", both(_fp8, set_(k_scale=0.5, v_scale=0.25)), ValueError,
+     r"^v_scale: an MLA cache holds K and V in one tensor"),
     ("k_scale_tensor", "flat", both(_fp8, set_(k_scale=torch.tensor(1.0))), TypeError, r"^k_scale: expected a Python float"),
     ("v_cache_dtype", "paged", mut("v_cache", lambda t: t.float()), TypeError, r"^v_cache: dtype"),
     ("kv_indices_int64", "paged", mut("kv_indices", lambda t: t.long()), TypeError, r"^kv_indices: expected dtype"),

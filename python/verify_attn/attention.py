@@ -206,6 +206,14 @@ def _check_kv_scales(k_name, kv_dtype, k_scale, v_scale):
             raise ValueError(f"{n}: only an fp8 cache (torch.float8_e4m3fn) takes a scale; {k_name} is {kv_dtype}")
 
 
+def _check_mla_v_scale(k_scale, v_scale, unset=1.0):
+    """MLA's cache holds K and V in one tensor (V its first columns), which
+    k_scale scales: a v_scale other than ``unset`` must equal it."""
+    if v_scale != unset and v_scale != k_scale:
+        raise ValueError(f"v_scale: an MLA cache holds K and V in one tensor, which k_scale scales; v_scale "
+                         f"must be left unset or equal k_scale (got v_scale {v_scale}, k_scale {k_scale})")
+
+
 def _check_shapes(
     paged, names, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size,
     tree_mask, causal, sm_scale, head_dim_vo, num_splits, out, lse,
@@ -802,6 +810,8 @@ def _prepare(paged, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size
         paged, names, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, page_size,
         tree_mask, causal, sm_scale, head_dim_vo, num_splits, out, lse,
     )
+    if d_vo != k.shape[-1]:  # MLA: the value is a prefix of the key
+        _check_mla_v_scale(k_scale, v_scale)
     _check_same_device(names, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_len, tree_mask, out, lse)
     cap = (kv_indices.shape[0] if kv_indices is not None and kv_indices.dim() == 1 else None) if paged \
         else k.shape[0]
@@ -945,7 +955,7 @@ def tree_attention_flat(
       q: ``[total_q, H, D_qk]`` fp16/bf16 CUDA tensor; rows ``qo_indptr[i] ..
         qo_indptr[i+1]`` are request ``i``'s draft tokens.
       k: ``[rows, Hkv, D_qk]``, q's dtype or ``torch.float8_e4m3fn`` (an fp8
-        cache holding ``K / k_scale``, GQA / MHA with ``D`` 64 or 128 only:
+        cache holding ``K / k_scale``: GQA / MHA with ``D`` 64 or 128, and MLA,
         docs/design_fp8.md); KV row ``j`` of request ``i`` is
         ``k[kv_indptr[i] + j]``; the last ``q_len_i`` rows of each request are its
         drafts (in query order). ``H % Hkv == 0``.
@@ -980,7 +990,9 @@ def tree_attention_flat(
         finite, > 0; SGLang's ``layer.k_scale_float`` / ``v_scale_float``):
         the scores use ``k_scale * k`` and the output ``v_scale * v``, folded
         into the softmax scale and the output's normalization, never applied
-        element by element. 1.0 (the only value other caches take).
+        element by element. 1.0 (the only value other caches take). MLA: the
+        value is a prefix of the key and takes ``k_scale``; ``v_scale`` stays
+        1.0 or equals ``k_scale``.
 
     Returns:
       ``out`` ``[total_q, H, D_vo]`` in q's dtype, or ``(out, lse)`` when
@@ -1009,9 +1021,9 @@ def tree_attention_flat(
         (``num_splits`` > 65535, ``page_size``/``max_kv_len`` > 2^31-1,
         ``sm_scale`` beyond float32), ``qo_indptr`` of 0 requests with rows in
         ``q``, a scale not finite or not > 0 or other than 1 for a cache that
-        is not fp8; message starts with the argument's name.
+        is not fp8, an MLA ``v_scale`` other than 1 and ``k_scale``; message starts with the argument's name.
       NotImplementedError: a valid configuration the kernels do not support
-        (head dims, head counts, arch, an fp8 cache for MLA or head_dim 256;
+        (head dims, head counts, arch, an fp8 cache of head_dim 256;
         the message then starts with the C function's name, e.g.
         ``va_workspace_size: VA_ERR_UNSUPPORTED: num_qo_heads: ...``); ImportError: the compiled extension is missing;
         RuntimeError: CUDA errors (from the extension); KernelInputError: in

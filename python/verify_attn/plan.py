@@ -155,7 +155,7 @@ class TreeAttentionPlan:
       dtype: ``torch.bfloat16`` or ``torch.float16``: every run's ``q`` and ``out``
         (and caches, unless ``kv_dtype`` says otherwise).
       kv_dtype: the caches' dtype: None (= ``dtype``) or ``torch.float8_e4m3fn``
-        (an fp8 cache, GQA / MHA of head_dim 64 or 128: docs/design_fp8.md).
+        (an fp8 cache, GQA / MHA of head_dim 64 or 128 and MLA: docs/design_fp8.md).
       k_scale, v_scale (float): an fp8 cache's per-tensor scales (the cache
         holds ``K / k_scale``, ``V / v_scale``), finite and > 0; 1.0 (the
         only value other caches take).
@@ -217,6 +217,8 @@ class TreeAttentionPlan:
         if self._d_vo < 1:
             raise ValueError(f"head_dim_vo: must be >= 1, got {head_dim_vo}")
         self._mla = self._d_vo != self._d_qk
+        if self._mla:
+            _attn._check_mla_v_scale(self._k_scale, self._v_scale)
         self._page_size = None if page_size is None else _as_int(page_size, "page_size")
         self._dtype = dtype
         self._causal = _as_bool(causal, "causal")
@@ -289,6 +291,8 @@ class TreeAttentionPlan:
                              f"scale; this plan's caches are {self._kv_dtype}")
         _attn._check_kv_scales(self._names[0], self._kv_dtype, 1.0 if k_scale is None else k_scale,
                                1.0 if v_scale is None else v_scale)
+        if self._mla:  # the values take the run's k_scale (or the plan's)
+            _attn._check_mla_v_scale(self._k_scale if k_scale is None else k_scale, v_scale, unset=None)
         return (0.0 if k_scale is None else float(k_scale), 0.0 if v_scale is None else float(v_scale))
 
     @staticmethod

@@ -6,7 +6,7 @@ budgets; ``--grid``, ``--shapes``) through, in one process and one run:
 - this project: the flat and the paged kernel, eager and CUDA-graph replay
   (``--compare_configs=tag,...`` adds the paged kernel with those configurations
   forced, as columns ``@tag``: an A/B of kernel variants within one process;
-  ``--kv_dtype=fp8_e4m3`` the paged kernel on an fp8 copy of the GQA caches,
+  ``--kv_dtype=fp8_e4m3`` the paged kernel on an fp8 copy of the caches,
   column ``@fp8``);
 - SGLang 0.5.23's Triton kernels (staged by ``tools/bench/fetch_baselines.sh``):
   ``extend_attention_fwd`` with the FULL tree mask, and for chains
@@ -91,9 +91,10 @@ flags.DEFINE_list("compare_configs", [],
                   "the configuration each really ran (plan), which is the default one where the plan "
                   "refuses the forced tag for a shape.")
 flags.DEFINE_enum("kv_dtype", "", ["", "fp8_e4m3"],
-                  "fp8_e4m3: also run our paged kernel on an fp8 (e4m3) copy of each GQA row's caches "
-                  "(column ours_paged@fp8, per-tensor scales amax / 448; its error is against the q-dtype "
-                  "cache's float64 result, quantization included). '': the cache in q's dtype only.")
+                  "fp8_e4m3: also run our paged kernel on an fp8 (e4m3) copy of each row's caches (GQA / MHA "
+                  "of head_dim 64 and 128, MLA; column ours_paged@fp8, with --sm120 also ours_paged@fp8_sm120; "
+                  "per-tensor scales amax / 448; its error is against the q-dtype cache's float64 result, "
+                  "quantization included). '': the cache in q's dtype only.")
 flags.DEFINE_bool("sm120", False, "Also run our paged kernel planned as on sm_120 (the column ours_paged@sm120: "
                   "shared memory capped at 101,376 bytes per block, the configurations an RTX PRO 6000 "
                   "runs, on this card's SMs), with the mma.sync ceiling beside it.")
@@ -258,6 +259,8 @@ def build_impls(dry_run: bool, baselines_dir: str):
         impls.append(ours.OursPaged(num_splits=ns, max_smem_bytes=ours.SM120_SMEM_BYTES, tag="sm120"))
     if FLAGS.kv_dtype == "fp8_e4m3":
         impls.append(ours.OursPagedFp8(num_splits=ns))
+        if FLAGS.sm120:
+            impls.append(ours.OursPagedFp8(num_splits=ns, max_smem_bytes=ours.SM120_SMEM_BYTES, tag="sm120"))
     impls.append(ours.OursFlat(num_splits=ns))
     known = {
         "sglang_extend": lambda: [sglang_triton.SGLangExtend(baselines_dir)],
@@ -276,6 +279,8 @@ def build_impls(dry_run: bool, baselines_dir: str):
         # The SGLang backends import the real SGLang after sglang_triton has
         # loaded its staged kernels (see sglang_backend's docstring): last.
         (last if name == "sglang_backend" else impls).extend(known[name]())
+        if name == "sglang_extend" and FLAGS.kv_dtype == "fp8_e4m3":
+            impls.append(sglang_triton.SGLangExtendFp8(baselines_dir))
     return impls + last
 
 

@@ -131,35 +131,33 @@ class OursPaged(Impl):
 class OursPagedFp8(OursPaged):
     """The paged kernel on an fp8 (e4m3) copy of the row's caches (bench
     ``--kv_dtype=fp8_e4m3``), column ``ours_paged@fp8``: each cache divided by
-    its per-tensor scale ``amax / 448`` (e4m3's largest value) and rounded, the
-    scales passed as ``k_scale`` / ``v_scale``. Its error column is against the
+    its per-tensor scale ``amax / 448`` (e4m3's largest value) and rounded
+    (:mod:`benchlib.fp8`), the scales passed as ``k_scale`` / ``v_scale``. Its error column is against the
     float64 result of the q-dtype cache it was quantized from, quantization
     included (``tol``); the kernels' own error against the dequantized cache is
-    what python/tests/test_fp8_gpu.py asserts. GQA / MHA of head_dim 64 and 128
-    only (the kernels that serve fp8 caches)."""
+    what python/tests/test_fp8_gpu.py asserts. GQA / MHA of head_dim 64 and 128,
+    and MLA (its one cache, ``k_scale`` only), the shapes the kernels serve on
+    fp8 caches; ``max_smem_bytes`` as for :class:`OursPaged` (column
+    ``ours_paged@fp8_<tag>``)."""
 
     tol = 5e-2
 
-    def __init__(self, num_splits=0):
-        super().__init__(num_splits=num_splits, tag="fp8")
+    def __init__(self, num_splits=0, max_smem_bytes=0, tag=None):
+        super().__init__(num_splits=num_splits, max_smem_bytes=max_smem_bytes,
+                         tag=f"fp8_{tag}" if tag else "fp8")
         self.check_vs_ours = False
-        self._made = []  # (inputs, copies) of the last input sets, the inputs held (never an id reused)
 
     def applies(self, case):
         s = case.shape
-        if s.mla or s.d_qk not in (64, 128):
-            return "fp8 caches: GQA / MHA of head_dim 64 and 128 only"
+        if not s.mla and s.d_qk not in (64, 128):
+            return "fp8 caches: GQA / MHA of head_dim 64 and 128, and MLA"
         return None
 
     def _caches(self, inputs):
         import torch
 
-        made = next((m for src, m in self._made if src is inputs), None)
-        if made is None:
-            made = []
-            for c in (inputs.k_cache, inputs.v_cache):
-                scale = max(float(c.abs().max()), 1e-30) / 448.0
-                made += [(c.float() / scale).to(torch.float8_e4m3fn), scale]
-            self._made = (self._made + [(inputs, made)])[-4:]  # a row's input sets
-        k8, ks, v8, vs = made
-        return k8, v8, {"kv_dtype": torch.float8_e4m3fn, "k_scale": ks, "v_scale": vs}
+        from . import fp8
+
+        k8, ks, v8, vs = fp8.SHARED.get(inputs)  # MLA: v8 None, the values take k_scale
+        scales = {"k_scale": ks} if vs is None else {"k_scale": ks, "v_scale": vs}
+        return k8, v8, {"kv_dtype": torch.float8_e4m3fn, **scales}

@@ -418,7 +418,7 @@ def test_fp8_column_quantizes_the_caches_and_has_its_own_bound():
     case = lambda shape: types.SimpleNamespace(shape=shape)  # noqa: E731
     assert v.applies(case(shapes.gqa(1, 16, 8 * K))) is None
     assert v.applies(case(shapes.gqa(1, 16, 8 * K, head_dim=64))) is None
-    assert "GQA" in v.applies(case(shapes.mla(1, 16, 64, 32 * K)))
+    assert v.applies(case(shapes.mla(1, 16, 64, 32 * K))) is None
     assert "GQA" in v.applies(case(shapes.gqa(1, 16, 8 * K, head_dim=256)))
     g = torch.Generator().manual_seed(0)
     k, vv = torch.randn(50, 1, 4, 128, generator=g), 3 * torch.randn(50, 1, 4, 128, generator=g)
@@ -432,6 +432,11 @@ def test_fp8_column_quantizes_the_caches_and_has_its_own_bound():
         assert float(deq.abs().max()) == pytest.approx(float(ref.abs().max()), rel=1e-2)
         assert float((deq - ref.double()).norm() / ref.double().norm()) < 0.05
     assert v._caches(inp)[0] is k8  # one copy per row's inputs
+    mla_inp = types.SimpleNamespace(k_cache=inp.k_cache.clone(), v_cache=None)  # MLA: k_scale only
+    k8m, v8m, kwm = v._caches(mla_inp)
+    assert v8m is None and "v_scale" not in kwm and kwm["k_scale"] == pytest.approx(kw["k_scale"])
+    s = ours.OursPagedFp8(max_smem_bytes=ours.SM120_SMEM_BYTES, tag="sm120")
+    assert s.name == "ours_paged@fp8_sm120" and s.tuning().max_smem_bytes == ours.SM120_SMEM_BYTES
     other = types.SimpleNamespace(k_cache=inp.k_cache[:10].clone(), v_cache=inp.v_cache[:10].clone())
     assert v._caches(other)[0].shape[0] == 10  # another row's inputs: their own copies
 
@@ -531,6 +536,37 @@ def test_sglang_not_staged_message(tmp_path):
     assert "run tools/bench/fetch_baselines.sh" in str(e.value)
     ch = sglang_triton.SGLangChain(str(tmp_path))
     assert ch.applies(type("C", (), {"shape": shapes.mla(1, 16, 16, 4 * K), "uniform_q": True})())
+
+
+@pytest.mark.parametrize("model", ["mla", "gqa"])
+def test_sglang_fp8_column_passes_the_fp8_copies_and_scales(model):
+    """sglang_extend@fp8: extend_attention_fwd gets the fp8 copies ours_paged@fp8
+    reads (one quantization per input set, benchlib.fp8), as [slots, Hkv, D]
+    buffers (MLA: the value buffer the latent one's first 512 columns), the
+    drafts' K / V in q's dtype, and the scales (MLA: k_scale for both)."""
+    import types
+
+    from benchlib import fp8, inputs, ours
+    from benchlib.baselines import sglang_triton as st
+
+    shp = (shapes.Shape("mla", 2, 4, 1, 576, 512, 5, 37, "ddtree") if model == "mla"
+           else shapes.Shape("gqa", 3, 8, 2, 64, 64, 6, 50, "random"))
+    case = inputs.build_case(shp, "cpu", page_size=4, seed=3)
+    s = inputs.make_inputs(case)
+    seen = {}
+    impl = st.SGLangExtendFp8("/nonexistent")
+    impl._mods = (types.SimpleNamespace(extend_attention_fwd=lambda *a, **kw: seen.update(a=a, kw=kw)), None, None)
+    impl.prepare(case, s)()
+    a = seen["a"]
+    k8, ks, v8, vs = fp8.SHARED.get(s)
+    assert a[4].dtype == a[5].dtype == torch.float8_e4m3fn and a[4].shape == s.k_slots.shape
+    assert a[4].data_ptr() == k8.data_ptr() and a[1] is s.k_ext and a[2] is s.v_ext
+    if model == "mla":
+        assert v8 is None and a[5].data_ptr() == k8.data_ptr() and a[5].shape[-1] == 512 and a[-2:] == (ks, ks)
+    else:
+        assert a[5].data_ptr() == v8.data_ptr() and a[-2:] == (ks, vs)
+    assert ours.OursPagedFp8()._caches(s)[0] is k8  # ours@fp8 reads the same bytes
+    assert impl.name == "sglang_extend@fp8" and impl.tol > ours.OursPagedFp8.tol
 
 
 @pytest.mark.skipif(os.environ.get("VERIFY_ATTN_TEST_SGLANG_INTERPRET") != "1",

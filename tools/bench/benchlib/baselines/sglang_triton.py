@@ -147,6 +147,46 @@ class SGLangExtend(_SGLangBase):
         return run
 
 
+class SGLangExtendFp8(SGLangExtend):
+    """``extend_attention_fwd`` on the fp8 (e4m3) copies of the row's caches
+    (:mod:`benchlib.fp8`, the bytes ``ours_paged@fp8`` reads) with their scales, as
+    SGLang's Triton backend runs target verify on an fp8 pool: the prefix from the
+    fp8 ``k_buffer`` / ``v_buffer``, the drafts' K / V passed in q's dtype
+    (``k_extend`` / ``v_extend``), ``k_scale`` / ``v_scale`` the layer's floats (MLA:
+    ``v_buffer`` the latent cache's first 512 columns, ``k_scale`` for both). The
+    kernel casts q to the cache's dtype for the prefix products (``q.to(k.dtype)``,
+    extend_attention.py), so its error against the q-dtype cache's float64 result
+    carries q's fp8 rounding too: its own bound (``tol``)."""
+
+    name = "sglang_extend@fp8"
+    label = "SGLang extend (FULL mask), fp8 cache"
+    tol = 1e-1
+
+    def prepare(self, case, inputs):
+        from .. import fp8
+
+        ext, _, _ = self._modules()
+        mask, mask_indptr, out = _common(case, inputs)
+        s = case.shape
+        k8, ks, v8, vs = fp8.SHARED.get(inputs)
+        k8_slots = k8.view(case.num_slots, s.kv_heads, s.d_qk)
+        v8_slots = k8_slots[..., : s.d_vo] if v8 is None else v8.view(case.num_slots, s.kv_heads, s.d_vo)
+        fn = ext.extend_attention_fwd
+        args = (
+            inputs.q, inputs.k_ext, inputs.v_ext, out,
+            k8_slots, v8_slots,
+            case.qo_indptr, case.prefix_indptr, case.prefix_slots,
+            mask, False, mask_indptr, case.max_q_len, ks, ks if vs is None else vs,
+        )
+        kw = dict(sm_scale=case.sm_scale)
+
+        def run():
+            fn(*args, **kw)
+            return out
+
+        return run
+
+
 class SGLangChain(_SGLangBase):
     """``verify_shared_kv_fwd`` (chains only: top-k == 1; causal, no mask read)."""
 
