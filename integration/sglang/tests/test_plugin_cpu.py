@@ -583,12 +583,13 @@ def test_backend_serves_unit_kv_scales(monkeypatch):
     (torch.float8_e4m3fn, 128, False, None),
     (torch.float8_e4m3fn, 64, False, None),
     (torch.float8_e4m3fn, 256, False, "an fp8 KV cache with head dim 256"),
-    (torch.float8_e4m3fn, 128, True, "an fp8 KV cache for MLA"),
+    (torch.float8_e4m3fn, 128, True, None),
     (torch.float8_e5m2, 128, False, "KV cache dtype torch.float8_e5m2"),
+    (torch.float8_e5m2, 128, True, "KV cache dtype torch.float8_e5m2"),
 ])
 def test_backend_fp8_pools(monkeypatch, kv_cache_dtype, head_dim, use_mla, reason):
-    """An e4m3 pool is served for MHA/GQA of head dim 64 or 128; other fp8 pools, MLA on
-    fp8 and other head dims leave target verify to Triton, saying why."""
+    """An e4m3 pool is served for MLA and for MHA/GQA of head dim 64 or 128; other fp8
+    pools and other head dims leave target verify to Triton, saying why."""
     _sglang_or_skip()
     b = _constructed_backend(monkeypatch, "verify_attn", "verify_attn", kv_cache_dtype=kv_cache_dtype,
                              head_dim=head_dim, use_mla=use_mla)
@@ -651,6 +652,62 @@ def test_backend_fp8_pool_runs_each_layer_with_its_scales(monkeypatch):
     for bad in (no_float, layer(4, None, 2.0)):
         with pytest.raises(NotImplementedError, match=rf"layer {bad.layer_id} uses fp8 KV scales other than"):
             b.forward_extend(q, None, None, bad, fb, save_kv_cache=False)
+
+
+def test_backend_fp8_mla_pool_runs_with_k_scale(monkeypatch):
+    """MLA on an e4m3 pool: one fp8 plan, each layer's run with its k_scale only (the
+    values are the latent cache's first columns, so they take k_scale), the drafts'
+    latent stored as K / k_scale (the Triton backend's MLA write: the pool takes no
+    scales); a v_scale other than the layer's k_scale refused naming the layer."""
+    _sglang_or_skip()
+    from types import SimpleNamespace
+
+    from verify_attn_sglang import backend as be
+
+    made, runs, stored = [], [], []
+
+    class Plan:
+        def __init__(self, *args, **kw):
+            made.append(kw)
+
+        def run(self, q, k_cache, v_cache=None, *, out=None, **kw):
+            runs.append(kw)
+            return out
+
+    monkeypatch.setattr(be, "_import_verify_attn", lambda: SimpleNamespace(TreeAttentionPlan=Plan))
+    n, bs = 4, 2
+    b = _bare_backend(n, 3, torch.randint(0, 500, (3, 32), dtype=torch.int32))
+    b.use_mla = True
+    b._va_kv_fp8 = True
+    b._va_slot_runs = 1
+    b.va_plans_made = 0
+    pool8 = torch.zeros(600, 1, 576, dtype=torch.float8_e4m3fn)
+    b.token_to_kv_pool = SimpleNamespace(get_key_buffer=lambda i: pool8,
+                                         set_kv_buffer=lambda layer, loc, k, v: stored.append((layer.layer_id, k, v)))
+    b._set_kv_buffer = lambda *a, **kw: pytest.fail("MLA writes through the pool, unscaled by it")
+    fb = _verify_fb(n, torch.tensor([2, 0]), torch.tensor([9, 20], dtype=torch.int32),
+                    torch.randint(500, 600, (bs * n,), dtype=torch.int64), None, 1, out_cache_loc_is_physical=True)
+    b.init_forward_metadata(fb)
+    q = torch.zeros(bs * n, 16 * 576, dtype=torch.bfloat16)
+    k = torch.full((bs * n, 1, 576), 3.0, dtype=torch.bfloat16)
+    v = k[..., :512]
+
+    def layer(lid, ks, vs):
+        t = lambda x: None if x is None else torch.tensor(x)  # noqa: E731
+        return SimpleNamespace(layer_id=lid, tp_q_head_num=16, tp_k_head_num=1, qk_head_dim=576, v_head_dim=512,
+                               scaling=0.1, logit_cap=0, sliding_window_size=-1, k_scale=t(ks), v_scale=t(vs),
+                               k_scale_float=ks, v_scale_float=vs)
+
+    b.forward_extend(q, k, v, layer(0, 0.5, None), fb)
+    b.forward_extend(q, k, v, layer(1, 0.25, 0.25), fb)
+    b.forward_extend(q, None, None, layer(2, None, None), fb, save_kv_cache=False)
+    assert len(made) == 1 and made[0]["kv_dtype"] == torch.float8_e4m3fn
+    assert runs == [dict(k_scale=0.5, v_scale=None), dict(k_scale=0.25, v_scale=None),
+                    dict(k_scale=1.0, v_scale=None)]
+    assert [(lid, float(kk.float().max())) for lid, kk, _ in stored] == [(0, 6.0), (1, 12.0)]
+    assert float(k.float().max()) == 3.0  # the caller's k untouched
+    with pytest.raises(NotImplementedError, match=r"layer 3 uses an MLA v_scale 2.0 other than its k_scale 0.5"):
+        b.forward_extend(q, None, None, layer(3, 0.5, 2.0), fb, save_kv_cache=False)
 
 
 # A padded CUDA-graph replay as SGLang 0.5.23 builds it (decode_cuda_graph_runner.

@@ -51,8 +51,8 @@ causally without a custom mask (:func:`register_dflash_mask_policy`), and
 Configurations the kernel does not cover make the backend a plain Triton
 backend (with a warning at construction): sliding-window models, decode
 context parallelism, two-batch overlap, PD multiplexing, ragged target verify,
-deterministic inference, DLLM, an fp8 KV cache but e4m3 for MHA/GQA of head dim 64 or 128 (the
-layers' k_scale / v_scale go to each run), unsupported head dims. Layer features it does not implement (logit soft-capping, attention
+deterministic inference, DLLM, an fp8 KV cache but e4m3 for MLA and for MHA/GQA of head dim 64
+or 128 (the layers' k_scale / v_scale go to each run; MLA's values take k_scale), unsupported head dims. Layer features it does not implement (logit soft-capping, attention
 sinks, score_mod, xai temperature, cross attention) raise NotImplementedError
 in target verify, naming the feature, rather than compute something else.
 """
@@ -357,13 +357,12 @@ class VerifyAttnBackend(TritonAttnBackend):
             return "DLLM"
         kv_dtype = getattr(model_runner, "kv_cache_dtype", None)
         if kv_dtype == torch.float8_e4m3fn:
-            if self.use_mla:
-                return "an fp8 KV cache for MLA (verify_attn serves fp8 caches for MHA/GQA of head dim 64 or 128)"
             hd = getattr(model_runner.model_config, "head_dim", None)
-            if hd not in FP8_HEAD_DIMS:
-                return f"an fp8 KV cache with head dim {hd} ({'/'.join(map(str, FP8_HEAD_DIMS))} only)"
+            if not self.use_mla and hd not in FP8_HEAD_DIMS:
+                return (f"an fp8 KV cache with head dim {hd} (MLA or MHA/GQA of head dim "
+                        f"{'/'.join(map(str, FP8_HEAD_DIMS))} only)")
         elif kv_dtype not in (torch.float16, torch.bfloat16):
-            return f"KV cache dtype {kv_dtype} (fp16/bf16, or float8_e4m3fn for MHA/GQA)"
+            return f"KV cache dtype {kv_dtype} (fp16/bf16, or float8_e4m3fn for MLA and MHA/GQA)"
         cfg = model_runner.model_config
         if getattr(cfg, "is_encoder_decoder", False):
             return "encoder-decoder model"
@@ -650,9 +649,13 @@ class VerifyAttnBackend(TritonAttnBackend):
         if getattr(layer, "is_cross_attention", False):
             problems.append("cross attention")
         if getattr(self, "_va_kv_fp8", False):
-            if _fp8_run_scales(layer) is None:
+            scales = _fp8_run_scales(layer)
+            if scales is None:
                 problems.append("fp8 KV scales other than a k_scale and v_scale with host values "
                                 "(k_scale_float / v_scale_float)")
+            elif self.use_mla and getattr(layer, "v_scale", None) is not None and scales[1] != scales[0]:
+                # One latent cache holds K and V (stored as K / k_scale): the values take k_scale.
+                problems.append(f"an MLA v_scale {scales[1]} other than its k_scale {scales[0]}")
         else:
             scales = _kv_scales(layer)
             if scales is not None:
@@ -703,7 +706,10 @@ class VerifyAttnBackend(TritonAttnBackend):
             # stores them: an fp8 pool gets K / k_scale, V / v_scale, from copies);
             # the kernel then reads prefix + drafts from the cache.
             loc = KVWriteLoc.for_batch(forward_batch)
-            if fp8 and layer.k_scale is not None:
+            if fp8 and layer.k_scale is not None and self.use_mla:
+                # MLATokenToKVPool takes no scales: K / k_scale, as the Triton backend writes it.
+                self.token_to_kv_pool.set_kv_buffer(layer, loc, k.clone().div_(layer.k_scale), v)
+            elif fp8 and layer.k_scale is not None:
                 self._set_kv_buffer(forward_batch, layer, loc, k.clone(), v.clone(), layer.k_scale, layer.v_scale)
             else:
                 self._set_kv_buffer(forward_batch, layer, loc, k, v)
@@ -717,7 +723,9 @@ class VerifyAttnBackend(TritonAttnBackend):
         plan = self._va_plan_for(m, key)
         if fp8:
             ks, vs = _fp8_run_scales(layer)  # checked by _va_layer_key's _va_check_layer
-            plan.run(q.view(-1, H, d_qk), k_cache, v_cache, out=o.view(-1, H, d_vo), k_scale=ks, v_scale=vs)
+            # MLA: the values take k_scale (one cache; verify_attn refuses another v_scale).
+            plan.run(q.view(-1, H, d_qk), k_cache, v_cache, out=o.view(-1, H, d_vo), k_scale=ks,
+                     v_scale=None if self.use_mla else vs)
         else:
             plan.run(q.view(-1, H, d_qk), k_cache, v_cache, out=o.view(-1, H, d_vo))
         return o
