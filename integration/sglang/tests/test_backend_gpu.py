@@ -22,6 +22,10 @@ and top-k > 1:
    ``verify_mask`` buffer, as EAGLE's tree builder does) to ours, plus ours fed
    the FULL mask (a producer that still builds it); outputs compared with each
    other and with the kit's reference; worst errors printed (``VA_WORST`` lines).
+4. ``test_fp8_pool_vs_triton`` / ``test_fp8_mla_pool_vs_triton``: GQA on a
+   float8_e4m3fn pool with a layer's k_scale / v_scale, MLA on the kit's own
+   fp8 pool; ours against an fp32 computation over the dequantized pool and
+   against Triton on the same pool.
 
 Run: ``integration/sglang/run_gpu_tests.sh`` on the H200 (stages nothing itself).
 """
@@ -166,12 +170,12 @@ def _ancestor_matrix(parents, device):
     return m.to(device)
 
 
-def _build(k, arch, case):
+def _build(k, arch, case, kit_kw=None):
     if arch == "mla":
-        fx = k["mla"].build_mla_attention_fixture(_TC(), case, **MLA_KW)
+        fx = k["mla"].build_mla_attention_fixture(_TC(), case, **(kit_kw or MLA_KW))
         inputs = k["mla"].mla_fixture_inputs(fx)
         return fx, inputs, k["mla"].run_mla_forward, k["mla"].mla_attention_reference_with_custom_mask
-    fx = k["dense"].build_dense_attention_fixture(_TC(), case, **GQA_KW)
+    fx = k["dense"].build_dense_attention_fixture(_TC(), case, **(kit_kw or GQA_KW))
     inputs = k["dense"].dense_fixture_inputs(fx)
     return fx, inputs, k["dense"].run_dense_forward, k["dense"].dense_attention_reference_with_custom_mask
 
@@ -190,7 +194,7 @@ def _verify_input(k, case, batch, topk, n, custom_mask, device):
 
 
 def _run(k, arch, backend_name, page_size, topk, n, trees, mask_layout, prefix_lens, with_fixture=False,
-         layers=1):
+         layers=1, kit_kw=None):
     """Build the kit fixture for one backend and run one target verify (``layers``
     forwards of the kit's attention layer after one init_forward_metadata, as a
     model's layers run; each the same result).
@@ -202,7 +206,7 @@ def _run(k, arch, backend_name, page_size, topk, n, trees, mask_layout, prefix_l
     # one name for both backends: the kit seeds weights/inputs from the name
     case = _case(k, arch, backend_name, page_size, n, f"va_cmp_{arch}_k{topk}_p{page_size}_n{n}",
                  prefix_lens=prefix_lens)
-    fx, inputs, run_forward, reference = _build(k, arch, case)
+    fx, inputs, run_forward, reference = _build(k, arch, case, kit_kw)
     batch = fx.forward_batch
     k["tv"]._prepare_target_verify_batch(batch, case, device)
     anc = [_ancestor_matrix(p, device) for p in trees]
@@ -287,6 +291,134 @@ def test_vs_triton(arch, topk, page_size, monkeypatch):
     torch.testing.assert_close(ours, tri, atol=ATOL, rtol=RTOL)
     torch.testing.assert_close(ours, ref, atol=ATOL, rtol=RTOL)
     assert e_layouts == 0.0
+
+
+# ----------------------------------------------------------------------------- fp8 (e4m3) pools
+#
+# The kit's dense fixture builds a bf16 pool and writes the prefix without scales; here its pool is
+# float8_e4m3fn (the runner's kv_cache_dtype says so before the backend is built, as SGLang's
+# --kv-cache-dtype fp8_e4m3 does), the layer carries k_scale / v_scale (tensor and host float, as a
+# checkpoint's scales load), and the prefix is written as SGLang's prefill writes it (K / k_scale,
+# V / v_scale). Both backends then store their drafts with the layer's scales and read the same pool.
+
+FP8_SCALES = (0.5, 2.0)  # k_scale, v_scale: neither is 1, so a dropped or swapped scale shows
+FP8_CONFIGS = [(128, 4, 1), (128, 1, 16), (64, 4, 16), (64, 1, 1)]
+
+
+def _fp8_fixture(monkeypatch, k, k_scale, v_scale):
+    dense = k["dense"]
+    make_pool, runner_init, populate = dense.MHATokenToKVPool, dense.MockModelRunner.__init__, dense._populate_prefix_kv
+
+    def fp8_pool(*a, **kw):
+        return make_pool(*a, **dict(kw, dtype=torch.float8_e4m3fn))
+
+    def fp8_runner(self, *a, **kw):
+        runner_init(self, *a, **kw)
+        self.kv_cache_dtype, self.kv_cache_dtype_str = torch.float8_e4m3fn, "fp8_e4m3"
+
+    def scaled_prefix(module, case, runner, prefix_hidden, **kw):
+        layer = module.attn
+        layer.k_scale = torch.tensor(k_scale, dtype=torch.float32, device="cuda")
+        layer.v_scale = torch.tensor(v_scale, dtype=torch.float32, device="cuda")
+        layer.k_scale_float, layer.v_scale_float = k_scale, v_scale
+        pool = runner.token_to_kv_pool
+        write = pool.set_kv_buffer
+        pool.set_kv_buffer = lambda lay, loc, kk, vv: write(lay, loc, kk.clone(), vv.clone(), lay.k_scale, lay.v_scale)
+        try:
+            populate(module, case, runner, prefix_hidden, **kw)
+        finally:
+            del pool.set_kv_buffer
+
+    monkeypatch.setattr(dense, "MHATokenToKVPool", fp8_pool)
+    monkeypatch.setattr(dense.MockModelRunner, "__init__", fp8_runner)
+    monkeypatch.setattr(dense, "_populate_prefix_kv", scaled_prefix)
+
+
+@pytest.mark.parametrize("head_dim,topk,page_size", FP8_CONFIGS)
+def test_fp8_pool_vs_triton(head_dim, topk, page_size, monkeypatch):
+    """GQA (8/2) on an e4m3 pool with k_scale 0.5, v_scale 2.0 (_fp8_vs_triton)."""
+    k = _kit()
+    _fp8_fixture(monkeypatch, k, *FP8_SCALES)
+    _fp8_vs_triton(monkeypatch, k, "gqa", topk, page_size, dict(GQA_KW, head_dim=head_dim), FP8_SCALES)
+
+
+@pytest.mark.parametrize("topk,page_size", [(4, 1), (1, 16), (4, 64)])
+def test_fp8_mla_pool_vs_triton(topk, page_size, monkeypatch):
+    """MLA (16 heads, 576 / 512) on the kit's own fp8 pool (``fp8_kv_cache``: the layer
+    writes its latent rows cast to e4m3, no scale): ``_fp8_vs_triton``."""
+    k = _kit()
+    _fp8_vs_triton(monkeypatch, k, "mla", topk, page_size, dict(MLA_KW, fp8_kv_cache=True), (1.0, 1.0))
+
+
+def _fp8_vs_triton(monkeypatch, k, arch, topk, page_size, kit_kw, scales):
+    """The attention output (before the layer's output projection) of our backend on an
+    e4m3 pool against an fp32 computation over the dequantized pool (relative error
+    under 1e-2), against Triton's on the same pool (which casts q to fp8 for the prefix:
+    a looser bound), and the layer outputs of both against the kit's fp32 reference on
+    the unquantized K / V (the quantization error, printed; ours within Triton's + 1e-2)."""
+    import verify_attn
+    from sglang.srt.layers.radix_attention import RadixAttention
+    from verify_attn_sglang.backend import VerifyAttnBackend
+
+    ks, vs = scales
+    seen = []
+    attend = RadixAttention.forward
+
+    def recording(self, q, kk, vv, forward_batch, *a, **kw):
+        o = attend(self, q, kk, vv, forward_batch, *a, **kw)
+        seen.append((q.detach().clone(), o.detach().clone()))
+        return o
+
+    monkeypatch.setattr(RadixAttention, "forward", recording)
+    planned = []
+    run = verify_attn.TreeAttentionPlan.run
+
+    def recording_run(self, q, k_cache, v_cache=None, **kw):
+        planned.append((self.info(q, k_cache, v_cache, out=kw.get("out"))["name"], k_cache.dtype,
+                        kw.get("k_scale"), kw.get("v_scale")))
+        return run(self, q, k_cache, v_cache, **kw)
+
+    monkeypatch.setattr(verify_attn.TreeAttentionPlan, "run", recording_run)
+    n = 16
+    rng = random.Random(f"fp8 {arch} {kit_kw.get('head_dim')} {topk} {page_size}")
+    prefix_lens = (5, 37, 64, 100)
+    trees = [_tree_parents(topk, n, rng) for _ in prefix_lens]
+    errs = {}
+    outs = {}
+    for name in ("triton", "verify_attn"):
+        seen.clear()
+        mask = "full" if name == "triton" else "qlen"
+        layer_out, kit_ref, fx, batch = _run(k, arch, name, page_size, topk, n, trees, mask, prefix_lens,
+                                             with_fixture=True, kit_kw=kit_kw)
+        assert len(seen) == 1, len(seen)
+        q, o = seen[0]
+        layer = fx.actual_module.attn_mqa if arch == "mla" else fx.actual_module.attn
+        pool = fx.runner.token_to_kv_pool
+        kc = pool.get_key_buffer(layer.layer_id)
+        vc = kc[..., : layer.v_head_dim] if arch == "mla" else pool.get_value_buffer(layer.layer_id)
+        assert kc.dtype == torch.float8_e4m3fn and vc.dtype == torch.float8_e4m3fn
+        H, dqk, dvo = layer.tp_q_head_num, layer.qk_head_dim, layer.v_head_dim
+        want = _tree_reference(q.reshape(-1, H, dqk), kc.float() * ks, vc.float() * vs,
+                               fx.runner.req_to_token_pool.req_to_token, batch.req_pool_indices, prefix_lens,
+                               batch.out_cache_loc, trees, layer.scaling)
+        got = o.float().reshape(-1, H, dvo)
+        assert not torch.isnan(got).any()
+        errs[name] = (((got - want).abs().max() / want.abs().max()).item(),
+                      (layer_out - kit_ref).abs().max().item())
+        outs[name] = got
+        if name == "verify_attn":
+            b = fx.backend
+            assert isinstance(b, VerifyAttnBackend) and b.va_enabled and b._va_kv_fp8, b.va_reason
+    want_scales = (ks, None) if arch == "mla" else (ks, vs)
+    assert planned and all(p[1] == torch.float8_e4m3fn and p[2:] == want_scales for p in planned), planned
+    e_pair = ((outs["verify_attn"] - outs["triton"]).abs().max() / outs["triton"].abs().max()).item()
+    print(f"VA_WORST fp8 {arch} d{kit_kw.get('head_dim', 576)} topk={topk} page_size={page_size} n={n} "
+          f"plan={planned[0][0]}: ours vs dequantized-pool fp32 {errs['verify_attn'][0]:.3e}, triton "
+          f"{errs['triton'][0]:.3e}, |ours-triton|/max {e_pair:.3e}; layer output vs the unquantized fp32 "
+          f"reference: ours {errs['verify_attn'][1]:.3e}, triton {errs['triton'][1]:.3e}")
+    assert errs["verify_attn"][0] < 1e-2, errs
+    assert e_pair < 5e-2, e_pair
+    assert errs["verify_attn"][1] <= errs["triton"][1] + 1e-2, errs
 
 
 def test_compact_mask_buffer_only():

@@ -579,6 +579,137 @@ def test_backend_serves_unit_kv_scales(monkeypatch):
             b.forward_extend(q, None, None, bad, fb, save_kv_cache=False)
 
 
+@pytest.mark.parametrize("kv_cache_dtype,head_dim,use_mla,reason", [
+    (torch.float8_e4m3fn, 128, False, None),
+    (torch.float8_e4m3fn, 64, False, None),
+    (torch.float8_e4m3fn, 256, False, "an fp8 KV cache with head dim 256"),
+    (torch.float8_e4m3fn, 128, True, None),
+    (torch.float8_e5m2, 128, False, "KV cache dtype torch.float8_e5m2"),
+    (torch.float8_e5m2, 128, True, "KV cache dtype torch.float8_e5m2"),
+])
+def test_backend_fp8_pools(monkeypatch, kv_cache_dtype, head_dim, use_mla, reason):
+    """An e4m3 pool is served for MLA and for MHA/GQA of head dim 64 or 128; other fp8
+    pools and other head dims leave target verify to Triton, saying why."""
+    _sglang_or_skip()
+    b = _constructed_backend(monkeypatch, "verify_attn", "verify_attn", kv_cache_dtype=kv_cache_dtype,
+                             head_dim=head_dim, use_mla=use_mla)
+    assert b.va_enabled == (reason is None), b.va_reason
+    assert reason is None or b.va_reason.startswith(reason), b.va_reason
+    assert b._va_kv_fp8 == (kv_cache_dtype == torch.float8_e4m3fn)
+
+
+def test_backend_fp8_pool_runs_each_layer_with_its_scales(monkeypatch):
+    """On an e4m3 pool: one plan for an fp8 cache per batch, each layer's run with its own
+    k_scale / v_scale (the host floats; 1.0 for a layer without scales), the drafts' K / V
+    stored with the layer's scales (as the Triton backend stores them); a scale tensor
+    without its host value, or a v_scale without a k_scale, refused naming the layer."""
+    _sglang_or_skip()
+    from types import SimpleNamespace
+
+    from verify_attn_sglang import backend as be
+
+    made, runs, stored = [], [], []
+
+    class Plan:
+        def __init__(self, *args, **kw):
+            made.append(kw)
+
+        def run(self, q, k_cache, v_cache=None, *, out=None, **kw):
+            runs.append(kw)
+            return out
+
+    monkeypatch.setattr(be, "_import_verify_attn", lambda: SimpleNamespace(TreeAttentionPlan=Plan))
+    n, bs = 4, 2
+    b = _bare_backend(n, 3, torch.randint(0, 500, (3, 32), dtype=torch.int32))
+    b.use_mla = False
+    b._va_kv_fp8 = True
+    b._va_slot_runs = 1
+    b.va_plans_made = 0
+    pool8 = torch.zeros(600, 2, 128, dtype=torch.float8_e4m3fn)
+    b.token_to_kv_pool = SimpleNamespace(get_key_buffer=lambda i: pool8, get_value_buffer=lambda i: pool8)
+    b._set_kv_buffer = lambda fb, layer, loc, k, v, k_scale=None, v_scale=None: stored.append(
+        (layer.layer_id, k_scale, v_scale))
+    fb = _verify_fb(n, torch.tensor([2, 0]), torch.tensor([9, 20], dtype=torch.int32),
+                    torch.randint(500, 600, (bs * n,), dtype=torch.int64), None, 1, out_cache_loc_is_physical=True)
+    b.init_forward_metadata(fb)
+    q = torch.zeros(bs * n, 16 * 128, dtype=torch.bfloat16)
+    kv = torch.zeros(bs * n, 2, 128, dtype=torch.bfloat16)
+
+    def layer(lid, ks, vs, ks_float=None, vs_float=None):
+        t = lambda x: None if x is None else torch.tensor(x)  # noqa: E731
+        return SimpleNamespace(layer_id=lid, tp_q_head_num=16, tp_k_head_num=2, qk_head_dim=128, v_head_dim=128,
+                               scaling=0.1, logit_cap=0, sliding_window_size=-1, k_scale=t(ks), v_scale=t(vs),
+                               k_scale_float=ks if ks_float is None else ks_float,
+                               v_scale_float=vs if vs_float is None else vs_float)
+
+    b.forward_extend(q, kv, kv, layer(0, 0.5, 2.0), fb)
+    b.forward_extend(q, kv, kv, layer(1, 0.25, 4.0), fb)
+    b.forward_extend(q, None, None, layer(2, None, None), fb, save_kv_cache=False)
+    assert len(made) == 1 and made[0]["kv_dtype"] == torch.float8_e4m3fn
+    assert runs == [dict(k_scale=0.5, v_scale=2.0), dict(k_scale=0.25, v_scale=4.0), dict(k_scale=1.0, v_scale=1.0)]
+    assert [(lid, float(ks), float(vs)) for lid, ks, vs in stored] == [(0, 0.5, 2.0), (1, 0.25, 4.0)]
+    no_float = SimpleNamespace(**{**vars(layer(3, 0.5, 2.0)), "k_scale_float": None})
+    for bad in (no_float, layer(4, None, 2.0)):
+        with pytest.raises(NotImplementedError, match=rf"layer {bad.layer_id} uses fp8 KV scales other than"):
+            b.forward_extend(q, None, None, bad, fb, save_kv_cache=False)
+
+
+def test_backend_fp8_mla_pool_runs_with_k_scale(monkeypatch):
+    """MLA on an e4m3 pool: one fp8 plan, each layer's run with its k_scale only (the
+    values are the latent cache's first columns, so they take k_scale), the drafts'
+    latent stored as K / k_scale (the Triton backend's MLA write: the pool takes no
+    scales); a v_scale other than the layer's k_scale refused naming the layer."""
+    _sglang_or_skip()
+    from types import SimpleNamespace
+
+    from verify_attn_sglang import backend as be
+
+    made, runs, stored = [], [], []
+
+    class Plan:
+        def __init__(self, *args, **kw):
+            made.append(kw)
+
+        def run(self, q, k_cache, v_cache=None, *, out=None, **kw):
+            runs.append(kw)
+            return out
+
+    monkeypatch.setattr(be, "_import_verify_attn", lambda: SimpleNamespace(TreeAttentionPlan=Plan))
+    n, bs = 4, 2
+    b = _bare_backend(n, 3, torch.randint(0, 500, (3, 32), dtype=torch.int32))
+    b.use_mla = True
+    b._va_kv_fp8 = True
+    b._va_slot_runs = 1
+    b.va_plans_made = 0
+    pool8 = torch.zeros(600, 1, 576, dtype=torch.float8_e4m3fn)
+    b.token_to_kv_pool = SimpleNamespace(get_key_buffer=lambda i: pool8,
+                                         set_kv_buffer=lambda layer, loc, k, v: stored.append((layer.layer_id, k, v)))
+    b._set_kv_buffer = lambda *a, **kw: pytest.fail("MLA writes through the pool, unscaled by it")
+    fb = _verify_fb(n, torch.tensor([2, 0]), torch.tensor([9, 20], dtype=torch.int32),
+                    torch.randint(500, 600, (bs * n,), dtype=torch.int64), None, 1, out_cache_loc_is_physical=True)
+    b.init_forward_metadata(fb)
+    q = torch.zeros(bs * n, 16 * 576, dtype=torch.bfloat16)
+    k = torch.full((bs * n, 1, 576), 3.0, dtype=torch.bfloat16)
+    v = k[..., :512]
+
+    def layer(lid, ks, vs):
+        t = lambda x: None if x is None else torch.tensor(x)  # noqa: E731
+        return SimpleNamespace(layer_id=lid, tp_q_head_num=16, tp_k_head_num=1, qk_head_dim=576, v_head_dim=512,
+                               scaling=0.1, logit_cap=0, sliding_window_size=-1, k_scale=t(ks), v_scale=t(vs),
+                               k_scale_float=ks, v_scale_float=vs)
+
+    b.forward_extend(q, k, v, layer(0, 0.5, None), fb)
+    b.forward_extend(q, k, v, layer(1, 0.25, 0.25), fb)
+    b.forward_extend(q, None, None, layer(2, None, None), fb, save_kv_cache=False)
+    assert len(made) == 1 and made[0]["kv_dtype"] == torch.float8_e4m3fn
+    assert runs == [dict(k_scale=0.5, v_scale=None), dict(k_scale=0.25, v_scale=None),
+                    dict(k_scale=1.0, v_scale=None)]
+    assert [(lid, float(kk.float().max())) for lid, kk, _ in stored] == [(0, 6.0), (1, 12.0)]
+    assert float(k.float().max()) == 3.0  # the caller's k untouched
+    with pytest.raises(NotImplementedError, match=r"layer 3 uses an MLA v_scale 2.0 other than its k_scale 0.5"):
+        b.forward_extend(q, None, None, layer(3, 0.5, 2.0), fb, save_kv_cache=False)
+
+
 # A padded CUDA-graph replay as SGLang 0.5.23 builds it (decode_cuda_graph_runner.
 # build_replay_fb_view): batch_size / req_pool_indices / seq_lens / seq_lens_cpu
 # are the padded capture buffers (padded lanes: seq_len_fill_value 1, pool row 0),
@@ -885,7 +1016,8 @@ def test_sglang_modes_that_fall_back_to_triton(monkeypatch):
     assert be._sglang_mode_reason() is None
 
 
-def _constructed_backend(monkeypatch, prefill, decode, spec_mode=None):
+def _constructed_backend(monkeypatch, prefill, decode, spec_mode=None, kv_cache_dtype=torch.bfloat16, head_dim=128,
+                         use_mla=False):
     """VerifyAttnBackend.__init__ with TritonAttnBackend.__init__ stubbed to the
     attributes ours reads (that one needs a GPU): a GQA D128 model, 4 drafts."""
     from types import SimpleNamespace
@@ -896,7 +1028,7 @@ def _constructed_backend(monkeypatch, prefill, decode, spec_mode=None):
 
     def triton_init(self, model_runner, skip_prefill=False, kv_indptr_buf=None, **kw):
         self.skip_prefill, self.num_draft_tokens, self.dcp_size = skip_prefill, 4, 1
-        self.sliding_window_size, self.enable_deterministic, self.use_mla = None, False, False
+        self.sliding_window_size, self.enable_deterministic, self.use_mla = None, False, use_mla
         self.num_head, self.num_kv_head, self.page_size = 8, 2, 1
         self.device, self.max_context_len = torch.device("cpu"), 64
 
@@ -906,8 +1038,9 @@ def _constructed_backend(monkeypatch, prefill, decode, spec_mode=None):
             speculative_attention_mode=spec_mode, speculative_algorithm="NGRAM",
             speculative_draft_attention_backend="triton"))
     runner = SimpleNamespace(
-        is_draft_worker=False, kv_cache_dtype=torch.bfloat16, req_to_token_pool=SimpleNamespace(size=4),
-        model_config=SimpleNamespace(head_dim=128, is_encoder_decoder=False),
+        is_draft_worker=False, kv_cache_dtype=kv_cache_dtype, req_to_token_pool=SimpleNamespace(size=4),
+        model_config=SimpleNamespace(head_dim=head_dim, is_encoder_decoder=False, kv_lora_rank=512,
+                                     qk_rope_head_dim=64),
         prefill_attention_backend_str=prefill, decode_attention_backend_str=decode)
     return be.VerifyAttnBackend(runner)
 

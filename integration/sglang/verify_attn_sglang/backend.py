@@ -51,7 +51,8 @@ causally without a custom mask (:func:`register_dflash_mask_policy`), and
 Configurations the kernel does not cover make the backend a plain Triton
 backend (with a warning at construction): sliding-window models, decode
 context parallelism, two-batch overlap, PD multiplexing, ragged target verify,
-deterministic inference, DLLM, an fp8 KV cache, unsupported head dims. Layer features it does not implement (logit soft-capping, attention
+deterministic inference, DLLM, an fp8 KV cache but e4m3 for MLA and for MHA/GQA of head dim 64
+or 128 (the layers' k_scale / v_scale go to each run; MLA's values take k_scale), unsupported head dims. Layer features it does not implement (logit soft-capping, attention
 sinks, score_mod, xai temperature, cross attention) raise NotImplementedError
 in target verify, naming the feature, rather than compute something else.
 """
@@ -75,6 +76,7 @@ logger = logging.getLogger(__name__)
 
 MAX_DRAFT_TOKENS = 1024  # verify_attn's bound on q_len
 MHA_HEAD_DIMS = (64, 128, 256)
+FP8_HEAD_DIMS = (64, 128)  # MHA/GQA head dims verify_attn serves on an fp8 (e4m3) cache
 MLA_DIMS = (576, 512)
 MAX_GQA_GROUP = 16
 MAX_MLA_HEADS = 128
@@ -164,6 +166,26 @@ def _real_batch_size(forward_batch, bs: int) -> int:
         if orig is not None:
             num_padding = bs - orig  # real_batch_size checks it
     return md.real_batch_size(bs, num_padding)
+
+
+def _fp8_run_scales(layer):
+    """An fp8 (e4m3) pool's scales for one layer's run, as SGLang stores K / k_scale
+    and V / v_scale (the Triton backend's set_kv_buffer; 1.0 without a scale), from
+    the host floats ``k_scale_float`` / ``v_scale_float``; None when a scale tensor
+    has no host value (the device tensor is never read) or a v_scale comes without
+    a k_scale (the Triton backend then stores V undivided)."""
+    if getattr(layer, "k_scale", None) is None and getattr(layer, "v_scale", None) is not None:
+        return None
+    out = []
+    for t, f in ((getattr(layer, "k_scale", None), getattr(layer, "k_scale_float", None)),
+                 (getattr(layer, "v_scale", None), getattr(layer, "v_scale_float", None))):
+        if t is None:
+            out.append(1.0)
+        elif f is None:
+            return None
+        else:
+            out.append(float(f))
+    return tuple(out)
 
 
 def _kv_scales(layer):
@@ -276,6 +298,8 @@ class VerifyAttnBackend(TritonAttnBackend):
     def __init__(self, model_runner, skip_prefill: bool = False, kv_indptr_buf=None, **kwargs):
         super().__init__(model_runner, skip_prefill=skip_prefill, kv_indptr_buf=kv_indptr_buf, **kwargs)
         register_dflash_mask_policy()
+        # An fp8 (e4m3) pool: plans for an fp8 cache, each layer's scales per run.
+        self._va_kv_fp8 = getattr(model_runner, "kv_cache_dtype", None) == torch.float8_e4m3fn
         self.va_reason = self._va_unsupported_reason(model_runner)
         self.va_enabled = self.va_reason is None
         self.va_metadata: Optional[VerifyMetadata] = None
@@ -331,8 +355,14 @@ class VerifyAttnBackend(TritonAttnBackend):
             return "deterministic inference"
         if getattr(self, "dllm_attention", None) is not None:
             return "DLLM"
-        if getattr(model_runner, "kv_cache_dtype", None) not in (torch.float16, torch.bfloat16):
-            return f"KV cache dtype {getattr(model_runner, 'kv_cache_dtype', None)} (fp16/bf16 only)"
+        kv_dtype = getattr(model_runner, "kv_cache_dtype", None)
+        if kv_dtype == torch.float8_e4m3fn:
+            hd = getattr(model_runner.model_config, "head_dim", None)
+            if not self.use_mla and hd not in FP8_HEAD_DIMS:
+                return (f"an fp8 KV cache with head dim {hd} (MLA or MHA/GQA of head dim "
+                        f"{'/'.join(map(str, FP8_HEAD_DIMS))} only)")
+        elif kv_dtype not in (torch.float16, torch.bfloat16):
+            return f"KV cache dtype {kv_dtype} (fp16/bf16, or float8_e4m3fn for MLA and MHA/GQA)"
         cfg = model_runner.model_config
         if getattr(cfg, "is_encoder_decoder", False):
             return "encoder-decoder model"
@@ -618,9 +648,18 @@ class VerifyAttnBackend(TritonAttnBackend):
             problems.append("xai temperature")
         if getattr(layer, "is_cross_attention", False):
             problems.append("cross attention")
-        scales = _kv_scales(layer)
-        if scales is not None:
-            problems.append(f"KV scales k_scale={scales[0]}, v_scale={scales[1]} (only 1.0 is served)")
+        if getattr(self, "_va_kv_fp8", False):
+            scales = _fp8_run_scales(layer)
+            if scales is None:
+                problems.append("fp8 KV scales other than a k_scale and v_scale with host values "
+                                "(k_scale_float / v_scale_float)")
+            elif self.use_mla and getattr(layer, "v_scale", None) is not None and scales[1] != scales[0]:
+                # One latent cache holds K and V (stored as K / k_scale): the values take k_scale.
+                problems.append(f"an MLA v_scale {scales[1]} other than its k_scale {scales[0]}")
+        else:
+            scales = _kv_scales(layer)
+            if scales is not None:
+                problems.append(f"KV scales k_scale={scales[0]}, v_scale={scales[1]} (only 1.0 is served)")
         sw = getattr(layer, "sliding_window_size", None)
         if sw is not None and sw > -1:
             problems.append("sliding window")
@@ -643,7 +682,8 @@ class VerifyAttnBackend(TritonAttnBackend):
                 m.qo_indptr, m.kv_indptr, m.kv_indices, m.kv_len, num_qo_heads=H, num_kv_heads=hkv,
                 head_dim_qk=d_qk, head_dim_vo=d_vo if self.use_mla else None, page_size=1,
                 tree_mask=m.tree_mask, causal=m.causal, sm_scale=scale, dtype=dtype,
-                max_q_len=m.n, max_kv_len=m.max_kv_len, kv_slot_runs=self._va_slot_runs)
+                max_q_len=m.n, max_kv_len=m.max_kv_len, kv_slot_runs=self._va_slot_runs,
+                **({"kv_dtype": torch.float8_e4m3fn} if getattr(self, "_va_kv_fp8", False) else {}))
             self.va_plans_made += 1
         return plan
 
@@ -660,10 +700,19 @@ class VerifyAttnBackend(TritonAttnBackend):
         key = self._va_layer_key(layer, q.dtype)
         if (k is None) != (v is None):
             raise ValueError("Both k and v should be None or not None")
+        fp8 = getattr(self, "_va_kv_fp8", False)
         if k is not None and save_kv_cache:
             # The drafts' K/V go to the cache first (exactly as the Triton backend
-            # stores them); the kernel then reads prefix + drafts from the cache.
-            self._set_kv_buffer(forward_batch, layer, KVWriteLoc.for_batch(forward_batch), k, v)
+            # stores them: an fp8 pool gets K / k_scale, V / v_scale, from copies);
+            # the kernel then reads prefix + drafts from the cache.
+            loc = KVWriteLoc.for_batch(forward_batch)
+            if fp8 and layer.k_scale is not None and self.use_mla:
+                # MLATokenToKVPool takes no scales: K / k_scale, as the Triton backend writes it.
+                self.token_to_kv_pool.set_kv_buffer(layer, loc, k.clone().div_(layer.k_scale), v)
+            elif fp8 and layer.k_scale is not None:
+                self._set_kv_buffer(forward_batch, layer, loc, k.clone(), v.clone(), layer.k_scale, layer.v_scale)
+            else:
+                self._set_kv_buffer(forward_batch, layer, loc, k, v)
 
         H, _, d_qk, d_vo = key[:4]
         attn_out = getattr(forward_batch, "_attn_output", None)
@@ -672,5 +721,11 @@ class VerifyAttnBackend(TritonAttnBackend):
         k_cache = pool.get_key_buffer(layer.layer_id)
         v_cache = None if self.use_mla else pool.get_value_buffer(layer.layer_id)
         plan = self._va_plan_for(m, key)
-        plan.run(q.view(-1, H, d_qk), k_cache, v_cache, out=o.view(-1, H, d_vo))
+        if fp8:
+            ks, vs = _fp8_run_scales(layer)  # checked by _va_layer_key's _va_check_layer
+            # MLA: the values take k_scale (one cache; verify_attn refuses another v_scale).
+            plan.run(q.view(-1, H, d_qk), k_cache, v_cache, out=o.view(-1, H, d_vo), k_scale=ks,
+                     v_scale=None if self.use_mla else vs)
+        else:
+            plan.run(q.view(-1, H, d_qk), k_cache, v_cache, out=o.view(-1, H, d_vo))
         return o
