@@ -63,9 +63,16 @@ struct Fp8RowChunks {
   __device__ __forceinline__ void store(DT* srow, int sub) const {
 #pragma unroll
     for (int c = 0; c < CHUNKS; ++c) {
+      const uint32_t w[4] = {raw[c].x, raw[c].y, raw[c].z, raw[c].w};
+      uint32_t o[8];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        o[2 * i] = e4m3x2_to<DT>(w[i] & 0xffffu);
+        o[2 * i + 1] = e4m3x2_to<DT>(w[i] >> 16);
+      }
       uint4* dst = reinterpret_cast<uint4*>(srow + (sub + TPR * c) * 16);
-      dst[0] = e4m3x8_to<DT>(make_uint2(raw[c].x, raw[c].y));
-      dst[1] = e4m3x8_to<DT>(make_uint2(raw[c].z, raw[c].w));
+      dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
+      dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
     }
   }
 };
