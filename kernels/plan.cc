@@ -319,8 +319,9 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
     if (sm90a && tma_k_cache_ok(p)) cands[n++] = kCfgMlaWgmmaSeesawTma;
     if (sm90a && rows_hint_ok(p)) cands[n++] = kCfgMlaWgmmaSeesawRows;
     if (sm90a) cands[n++] = kCfgMlaWgmmaM64N64PR;
-    // An fp8 cache takes the cluster kernel at every row count (the only
-    // portable MLA kernel that converts it, kv_fp8_ok).
+    // An fp8 cache: the sm_90a cp.async kernel at every layout (the TMA
+    // kernels copy without converting), else the cluster kernel at every row
+    // count (the only portable MLA kernel that converts it); kv_fp8_ok.
     if ((rows_max > 32 || kv_fp8) && cluster_grid_ok(kCfgMlaClusterM64N32, p) &&
         image_ok(kCfgMlaClusterM64N32, dev))
       cands[n++] = kCfgMlaClusterM64N32;

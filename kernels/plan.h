@@ -416,17 +416,22 @@ constexpr bool k_by_tma() {
 
 // Whether a tile shape has instances for fp8 (e4m3) caches: the GQA warp-role
 // kernels and the 2-CTA cluster MLA kernel, whose load warps convert each row
-// into q's dtype on its way to shared memory (kernels/loaders/fp8_rows.cuh);
-// the consumers read the same stages as for a q-dtype cache. Not the one-CTA
-// MLA split kernel: a load thread's share of a 576-wide row (144 bytes) does
-// not fit its 56 registers; the plan takes the cluster kernel at every row
-// count for an fp8 MLA cache.
+// into q's dtype on its way to shared memory (kernels/loaders/fp8_rows.cuh),
+// and the sm_90a cp.async MLA kernel, whose producer converts each tile in its
+// stage (kernels/sm90/mla_fp8_producer.cuh); the consumers read the same
+// stages as for a q-dtype cache. Not the one-CTA MLA split kernel: a load
+// thread's share of a 576-wide row (144 bytes) does not fit its 56 registers;
+// the plan takes the cluster kernel at every row count for an fp8 MLA cache
+// where no sm_90a image runs. Not the sm_90a TMA kernels: the plan takes the
+// cp.async one for an fp8 cache at every layout.
 template <class S>
 constexpr bool kv_fp8_ok() {
   if constexpr (S::kSplitRoles && !S::kVIsK) {
     return true;
   } else if constexpr (S::kSplitRoles) {
     return S::kClusterX == 2;
+  } else if constexpr (S::kWgmma) {
+    return !S::kSeesawTma;
   } else {
     return false;
   }

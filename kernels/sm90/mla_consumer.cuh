@@ -353,7 +353,7 @@ __device__ __forceinline__ void write_rows(const KernelParams& p, const RequestT
     const FoldedRow fr = folded_row(rc.q_start, hk, G, gr);
     const int64_t token = fr.token;
     const int head = fr.head;
-    const float inv = lsum[h] > 0.f ? 1.f / lsum[h] : 0.f;
+    const float inv = lsum[h] > 0.f ? p.v_scale / lsum[h] : 0.f;  // v_scale: 1 but for an fp8 cache
     const float lse = OnlineSoftmaxRow::lse(m[h], lsum[h]);
     if (p.num_splits == 1) {
       DT* orow = static_cast<DT*>(p.out) + token * p.out_stride_token + head * p.out_stride_head +
@@ -397,7 +397,7 @@ __device__ __forceinline__ void write_rows_tma(const KernelParams& p, const Requ
   const int G = p.group;
   float inv[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) inv[h] = lsum[h] > 0.f ? 1.f / lsum[h] : 0.f;
+  for (int h = 0; h < 2; ++h) inv[h] = lsum[h] > 0.f ? p.v_scale / lsum[h] : 0.f;  // v_scale: as write_rows
 #pragma unroll
   for (int j = 0; j < 4; ++j)  // columns 64 j .. 64 j + 63 of this consumer's half
     store_p<DT>(stage + j * kBlockBytes, *reinterpret_cast<const float(*)[32]>(&o[32 * j]), inv,

@@ -12,7 +12,9 @@
 //       that block's mbarrier, so the consumers start on block 0 while the
 //       rest is in flight. One of its threads first issues the Q tile by
 //       TMA where q's tensor map allows it (kernels/sm90/mla_consumer.cuh,
-//       issue_q_tile; else the consumers copy Q with cp.async).
+//       issue_q_tile; else the consumers copy Q with cp.async). An fp8 cache
+//       (KvFp8): each tile's bytes copied into the stage's upper half and
+//       converted in place block by block (kernels/sm90/mla_fp8_producer.cuh).
 //   WG 1, WG 2 (consumers w = 0, 1; 232 registers): KV tiles go in pairs
 //       (tile 2i in stage 0, tile 2i + 1 in stage 1). Consumer w computes the
 //       64 x 64 scores of the pair's tile w, S = Q K^T (36 wgmma m64n64k16,
@@ -52,6 +54,7 @@
 #include "kernels/launch.h"
 #include "kernels/plan.h"
 #include "kernels/sm90/mla_consumer.cuh"
+#include "kernels/sm90/mla_fp8_producer.cuh"
 #include "kernels/sm90/swizzle.cuh"
 #include "kernels/sm90/sync.cuh"
 #include "kernels/sm90/wgmma.cuh"
@@ -204,6 +207,12 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       const int use = i >> 1;
       const int buf = use & 1;
       if (use >= 1) mbar_wait(&empty_bar[half], (use - 1) & 1);
+      if constexpr (IsKvFp8<Shape>::value) {
+        // An fp8 cache: copied into the stage's upper half, converted in place
+        // block by block (kernels/sm90/mla_fp8_producer.cuh).
+        produce_fp8_tile<DT>(wtid & 63, s_off + buf * N, static_cast<const uint8_t*>(p.k),
+                             sK + half * Shape::kKTileBytes, full_bar[half], kBarProducer + half);
+      } else {
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const DT* src[4];
@@ -226,6 +235,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
         }
       }
       publish_tile(full_bar[half]);
+      }
       // after publishing: its page-table load must not delay this tile
       if (i + 2 < n_loads) stage_rows(i + 2, buf ^ 1);
       // the next tile's offsets are in; this tile's table is read

@@ -701,8 +701,9 @@ int main() {
   // fp8 (e4m3) caches: the GQA warp-role kernels at every row count (the only
   // configurations with fp8 instances; here also where a q-dtype cache takes
   // the one-tile kernel), "_e4m3kv" in the name, a forced configuration
-  // without fp8 instances left to the rules; MLA on the cluster kernel at
-  // every row count (16 rows included, where a q-dtype cache takes the split
+  // without fp8 instances left to the rules; MLA on the sm_90a cp.async
+  // kernel at every layout on sm_90, on the cluster kernel at every row count
+  // on sm_120 (16 rows included, where a q-dtype cache takes the split
   // kernel); head_dim 256 refused naming kv_dtype.
   {
     const std::string archs = va_compiled_archs();
@@ -743,8 +744,12 @@ int main() {
                 "fp8 MLA without a warp-role image on sm_%d: %s", dev.sm_arch, va_last_error_message());
           continue;
         }
-        CHECK(st == VA_OK && plan.kv_fp8 && plan.config == va::kCfgMlaClusterM64N32 &&
-                  std::string(plan.name).find("_e4m3kv_mla_cluster_m64n32") != std::string::npos,
+        // sm_90a: the cp.async wgmma kernel (its producer converts in place); else the cluster kernel.
+        const bool wgmma = dev.sm_arch == 90;
+        CHECK(st == VA_OK && plan.kv_fp8 &&
+                  plan.config == (wgmma ? va::kCfgMlaWgmmaM64N64PR : va::kCfgMlaClusterM64N32) &&
+                  std::string(plan.name).find(wgmma ? "_e4m3kv_mla_wgmma_m64n64_pipe_rows" : "_e4m3kv_mla_cluster_m64n32") !=
+                      std::string::npos,
               "fp8 MLA T%d on sm_%d: %d %s %s", q, dev.sm_arch, st, st == VA_OK ? plan.name : "",
               va_last_error_message());
       }

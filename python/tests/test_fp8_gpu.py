@@ -7,8 +7,8 @@ value it can; the scales keep the scores in a softmax's range. Outputs are
 poisoned with NaN before each launch. Paths: the plan's, and each GQA warp-role
 kernel forced (16- and 32-row consumer warps), flat and paged caches (page_size
 1 scattered, 16), split and unsplit, trees and chains, bf16 and fp16 q; MLA
-(576 / 512) on the cluster kernel, the one that serves an fp8 latent cache, from
-16 rows per KV head (one draft) up.
+(576 / 512) on the plan's kernel (sm_90a: the cp.async wgmma kernel) and on the
+cluster kernel (sm_120's), from 16 rows per KV head (one draft) up.
 """
 
 import math
@@ -197,18 +197,24 @@ def test_fp8_bad_index_flags_and_nans_its_request(splits):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("layout", ["flat", "page1", "page16"])
 @pytest.mark.parametrize("drafts", ["one", "many"])
-def test_fp8_mla_cache_matches_reference(drafts, layout, dtype, splits):
-    """MLA, 16 heads: one draft per request (16 rows per KV head: the cluster kernel
-    with half its rows empty) or up to 40 (a 640-row request among them)."""
+@pytest.mark.parametrize("path", ["auto", "cluster"])
+def test_fp8_mla_cache_matches_reference(path, drafts, layout, dtype, splits):
+    """MLA, 16 heads: one draft per request (16 rows per KV head; the cluster kernel's
+    CTA then has half its rows empty) or up to 40 (a 640-row request among them). The
+    plan's kernel (sm_90a: the cp.async wgmma kernel, converting in its stages; else
+    the cluster kernel) and the cluster kernel forced (sm_120's)."""
     seed = testing.new_seed()
     q_lens = [1, 1, 1] if drafts == "one" else None
     c = _case(seed, d=576, layout=layout, dtype=dtype, causal=seed % 3 == 0, hq=16, q_lens=q_lens)
+    tuning = va.Tuning(config=testing.CLUSTER_MLA) if path == "cluster" else None
     info = va.plan_info(c["q"], c["k"], None, c["qo"], c["kv_indptr"], c.get("kv_indices"), c.get("kv_len"),
                         tree_mask=c["tree"], causal=c["causal"], max_q_len=max(c["q_lens"]),
-                        max_kv_len=max(c["kv_lens"]), num_splits=splits, k_scale=c["k_scale"])
-    assert info["name"].endswith("_e4m3kv_mla_cluster_m64n32"), info["name"]
+                        max_kv_len=max(c["kv_lens"]), num_splits=splits, k_scale=c["k_scale"], tuning=tuning)
+    sm90 = torch.cuda.get_device_capability() == (9, 0)
+    want = "_e4m3kv_mla_wgmma_m64n64_pipe_rows" if path == "auto" and sm90 else "_e4m3kv_" + testing.CLUSTER_MLA
+    assert info["name"].endswith(want), info["name"]
     out = torch.full((c["q"].shape[0], 16, 512), float("nan"), dtype=dtype, device="cuda")
-    out, lse = _run(c, splits=splits, out=out)
+    out, lse = _run(c, splits=splits, out=out, tuning=tuning)
     _check(c, out, lse, f"seed {seed} {info['name']} splits {info['num_splits']}")
 
 
