@@ -342,20 +342,30 @@ def test_fp8_pool_vs_triton(head_dim, topk, page_size, monkeypatch):
     _fp8_vs_triton(monkeypatch, k, "gqa", topk, page_size, dict(GQA_KW, head_dim=head_dim), FP8_SCALES)
 
 
+# SGLang 0.5.23's Triton backend does not compile the kit's MLA target verify on an fp8 pool:
+# extend_attention's draft product tl.dot(q, k_extend) meets a bf16 q and the fp8 k_extend the
+# kit's MLA layer passes. The MLA test checks that it still fails (strict: a later SGLang that
+# compiles it turns the comparison on) and checks ours against the dequantized pool alone.
+TRITON_MLA_FP8_FAILS = r"Unsupported rhs dtype fp8e4nv"
+
+
 @pytest.mark.parametrize("topk,page_size", [(4, 1), (1, 16), (4, 64)])
 def test_fp8_mla_pool_vs_triton(topk, page_size, monkeypatch):
     """MLA (16 heads, 576 / 512) on the kit's own fp8 pool (``fp8_kv_cache``: the layer
-    writes its latent rows cast to e4m3, no scale): ``_fp8_vs_triton``."""
+    writes its latent rows cast to e4m3, no scale): ``_fp8_vs_triton``, Triton failing."""
     k = _kit()
-    _fp8_vs_triton(monkeypatch, k, "mla", topk, page_size, dict(MLA_KW, fp8_kv_cache=True), (1.0, 1.0))
+    _fp8_vs_triton(monkeypatch, k, "mla", topk, page_size, dict(MLA_KW, fp8_kv_cache=True), (1.0, 1.0),
+                   triton_fails=TRITON_MLA_FP8_FAILS)
 
 
-def _fp8_vs_triton(monkeypatch, k, arch, topk, page_size, kit_kw, scales):
+def _fp8_vs_triton(monkeypatch, k, arch, topk, page_size, kit_kw, scales, triton_fails=None):
     """The attention output (before the layer's output projection) of our backend on an
     e4m3 pool against an fp32 computation over the dequantized pool (relative error
     under 1e-2), against Triton's on the same pool (which casts q to fp8 for the prefix:
     a looser bound), and the layer outputs of both against the kit's fp32 reference on
-    the unquantized K / V (the quantization error, printed; ours within Triton's + 1e-2)."""
+    the unquantized K / V (the quantization error, printed; ours within Triton's + 1e-2).
+    triton_fails: Triton's run is expected to raise this (regex), and ours is checked
+    against the dequantized pool and the kit's reference alone."""
     import verify_attn
     from sglang.srt.layers.radix_attention import RadixAttention
     from verify_attn_sglang.backend import VerifyAttnBackend
@@ -385,9 +395,13 @@ def _fp8_vs_triton(monkeypatch, k, arch, topk, page_size, kit_kw, scales):
     trees = [_tree_parents(topk, n, rng) for _ in prefix_lens]
     errs = {}
     outs = {}
-    for name in ("triton", "verify_attn"):
+    for name in ("verify_attn", "triton"):
         seen.clear()
         mask = "full" if name == "triton" else "qlen"
+        if name == "triton" and triton_fails is not None:
+            with pytest.raises(Exception, match=triton_fails):
+                _run(k, arch, name, page_size, topk, n, trees, mask, prefix_lens, with_fixture=True, kit_kw=kit_kw)
+            break
         layer_out, kit_ref, fx, batch = _run(k, arch, name, page_size, topk, n, trees, mask, prefix_lens,
                                              with_fixture=True, kit_kw=kit_kw)
         assert len(seen) == 1, len(seen)
@@ -411,12 +425,17 @@ def _fp8_vs_triton(monkeypatch, k, arch, topk, page_size, kit_kw, scales):
             assert isinstance(b, VerifyAttnBackend) and b.va_enabled and b._va_kv_fp8, b.va_reason
     want_scales = (ks, None) if arch == "mla" else (ks, vs)
     assert planned and all(p[1] == torch.float8_e4m3fn and p[2:] == want_scales for p in planned), planned
-    e_pair = ((outs["verify_attn"] - outs["triton"]).abs().max() / outs["triton"].abs().max()).item()
-    print(f"VA_WORST fp8 {arch} d{kit_kw.get('head_dim', 576)} topk={topk} page_size={page_size} n={n} "
-          f"plan={planned[0][0]}: ours vs dequantized-pool fp32 {errs['verify_attn'][0]:.3e}, triton "
-          f"{errs['triton'][0]:.3e}, |ours-triton|/max {e_pair:.3e}; layer output vs the unquantized fp32 "
-          f"reference: ours {errs['verify_attn'][1]:.3e}, triton {errs['triton'][1]:.3e}")
+    label = (f"VA_WORST fp8 {arch} d{kit_kw.get('head_dim', 576)} topk={topk} page_size={page_size} n={n} "
+             f"plan={planned[0][0]}: ours vs dequantized-pool fp32 {errs['verify_attn'][0]:.3e}")
     assert errs["verify_attn"][0] < 1e-2, errs
+    if triton_fails is not None:
+        print(f"{label}; layer output vs the unquantized fp32 reference {errs['verify_attn'][1]:.3e}; "
+              f"triton does not compile it ({triton_fails})")
+        assert errs["verify_attn"][1] < 1e-1, errs  # the latent's e4m3 rounding included (printed)
+        return
+    e_pair = ((outs["verify_attn"] - outs["triton"]).abs().max() / outs["triton"].abs().max()).item()
+    print(f"{label}, triton {errs['triton'][0]:.3e}, |ours-triton|/max {e_pair:.3e}; layer output vs the "
+          f"unquantized fp32 reference: ours {errs['verify_attn'][1]:.3e}, triton {errs['triton'][1]:.3e}")
     assert e_pair < 5e-2, e_pair
     assert errs["verify_attn"][1] <= errs["triton"][1] + 1e-2, errs
 
