@@ -365,7 +365,7 @@ def _fp8_vs_triton(monkeypatch, k, arch, topk, page_size, kit_kw, scales, triton
     a looser bound), and the layer outputs of both against the kit's fp32 reference on
     the unquantized K / V (the quantization error, printed; ours within Triton's + 1e-2).
     triton_fails: Triton's run is expected to raise this (regex), and ours is checked
-    against the dequantized pool and the kit's reference alone."""
+    against the dequantized pool alone (the kit's reference error printed)."""
     import verify_attn
     from sglang.srt.layers.radix_attention import RadixAttention
     from verify_attn_sglang.backend import VerifyAttnBackend
@@ -429,9 +429,10 @@ def _fp8_vs_triton(monkeypatch, k, arch, topk, page_size, kit_kw, scales, triton
              f"plan={planned[0][0]}: ours vs dequantized-pool fp32 {errs['verify_attn'][0]:.3e}")
     assert errs["verify_attn"][0] < 1e-2, errs
     if triton_fails is not None:
+        # Against the unquantized reference: the latent's e4m3 rounding (unscaled, as the kit
+        # writes it) is the error there, reported as issue 42 asks, not bounded.
         print(f"{label}; layer output vs the unquantized fp32 reference {errs['verify_attn'][1]:.3e}; "
               f"triton does not compile it ({triton_fails})")
-        assert errs["verify_attn"][1] < 1e-1, errs  # the latent's e4m3 rounding included (printed)
         return
     e_pair = ((outs["verify_attn"] - outs["triton"]).abs().max() / outs["triton"].abs().max()).item()
     print(f"{label}, triton {errs['triton'][0]:.3e}, |ours-triton|/max {e_pair:.3e}; layer output vs the "
