@@ -125,29 +125,25 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_r32_kernel(const
         const KvTileRows<Loader> rows_of{loader, (rt.tile_begin + i) * N, rt.kv_len, &s_bad_kv};
         int64_t k_off = 0, v_off = 0;
         const bool ok = rows_of(prow, &k_off, &v_off);
-        Fp8RowChunks<D / 16 / kTprP, kTprP> c;
-        c.load(gk + k_off, ok, psub);
-        if (i > 0) mbar_wait(empty + kK, released);
-        c.store(sK + prow * KS, psub);
+        // One buffer (kK or kV) of tile i: the first pass's row read before the
+        // buffer's wait, the later passes' rows read and stored one at a time,
+        // then the release arrive on its `full` (the stores before the consumers' reads).
+        auto convert = [&](int buf, const uint8_t* g, DT* s, int64_t first_off) {
+          Fp8RowChunks<D / 16 / kTprP, kTprP> c;
+          c.load(g + first_off, ok, psub);
+          if (i > 0) mbar_wait(empty + buf, released);
+          c.store(s + prow * KS, psub);
 #pragma unroll
-        for (int pass = 1; pass < kPasses; ++pass) {
-          int64_t ko = 0, vo = 0;
-          const bool okp = rows_of(prow + pass * kRows, &ko, &vo);
-          c.load(gk + ko, okp, psub);
-          c.store(sK + (prow + pass * kRows) * KS, psub);
-        }
-        mbar_arrive(full + kK);  // release: the stores above before the consumers' reads
-        c.load(gv + v_off, ok, psub);
-        if (i > 0) mbar_wait(empty + kV, released);
-        c.store(sV + prow * KS, psub);
-#pragma unroll
-        for (int pass = 1; pass < kPasses; ++pass) {
-          int64_t ko = 0, vo = 0;
-          const bool okp = rows_of(prow + pass * kRows, &ko, &vo);
-          c.load(gv + vo, okp, psub);
-          c.store(sV + (prow + pass * kRows) * KS, psub);
-        }
-        mbar_arrive(full + kV);
+          for (int pass = 1; pass < kPasses; ++pass) {
+            int64_t ko = 0, vo = 0;
+            const bool okp = rows_of(prow + pass * kRows, &ko, &vo);
+            c.load(g + (buf == kK ? ko : vo), okp, psub);
+            c.store(s + (prow + pass * kRows) * KS, psub);
+          }
+          mbar_arrive(full + buf);
+        };
+        convert(kK, gk, sK, k_off);
+        convert(kV, gv, sV, v_off);
       }
       sm90::named_barrier_arrive(kDone, Shape::kThreads);
       return;

@@ -598,17 +598,15 @@ def test_backend_fp8_pools(monkeypatch, kv_cache_dtype, head_dim, use_mla, reaso
     assert b._va_kv_fp8 == (kv_cache_dtype == torch.float8_e4m3fn)
 
 
-def test_backend_fp8_pool_runs_each_layer_with_its_scales(monkeypatch):
-    """On an e4m3 pool: one plan for an fp8 cache per batch, each layer's run with its own
-    k_scale / v_scale (the host floats; 1.0 for a layer without scales), the drafts' K / V
-    stored with the layer's scales (as the Triton backend stores them); a scale tensor
-    without its host value, or a v_scale without a k_scale, refused naming the layer."""
-    _sglang_or_skip()
+def _fp8_pool_backend(monkeypatch, use_mla):
+    """A bare backend on an e4m3 pool whose plans record what they are made and run
+    with: (backend, made, runs, forward batch of 2 requests x 4 drafts, its metadata
+    initialised; the pool still to attach)."""
     from types import SimpleNamespace
 
     from verify_attn_sglang import backend as be
 
-    made, runs, stored = [], [], []
+    made, runs = [], []
 
     class Plan:
         def __init__(self, *args, **kw):
@@ -621,19 +619,32 @@ def test_backend_fp8_pool_runs_each_layer_with_its_scales(monkeypatch):
     monkeypatch.setattr(be, "_import_verify_attn", lambda: SimpleNamespace(TreeAttentionPlan=Plan))
     n, bs = 4, 2
     b = _bare_backend(n, 3, torch.randint(0, 500, (3, 32), dtype=torch.int32))
-    b.use_mla = False
+    b.use_mla = use_mla
     b._va_kv_fp8 = True
     b._va_slot_runs = 1
     b.va_plans_made = 0
+    fb = _verify_fb(n, torch.tensor([2, 0]), torch.tensor([9, 20], dtype=torch.int32),
+                    torch.randint(500, 600, (bs * n,), dtype=torch.int64), None, 1, out_cache_loc_is_physical=True)
+    b.init_forward_metadata(fb)
+    return b, made, runs, fb
+
+
+def test_backend_fp8_pool_runs_each_layer_with_its_scales(monkeypatch):
+    """On an e4m3 pool: one plan for an fp8 cache per batch, each layer's run with its own
+    k_scale / v_scale (the host floats; 1.0 for a layer without scales), the drafts' K / V
+    stored with the layer's scales (as the Triton backend stores them); a scale tensor
+    without its host value, or a v_scale without a k_scale, refused naming the layer."""
+    _sglang_or_skip()
+    from types import SimpleNamespace
+
+    b, made, runs, fb = _fp8_pool_backend(monkeypatch, use_mla=False)
+    stored = []
     pool8 = torch.zeros(600, 2, 128, dtype=torch.float8_e4m3fn)
     b.token_to_kv_pool = SimpleNamespace(get_key_buffer=lambda i: pool8, get_value_buffer=lambda i: pool8)
     b._set_kv_buffer = lambda fb, layer, loc, k, v, k_scale=None, v_scale=None: stored.append(
         (layer.layer_id, k_scale, v_scale))
-    fb = _verify_fb(n, torch.tensor([2, 0]), torch.tensor([9, 20], dtype=torch.int32),
-                    torch.randint(500, 600, (bs * n,), dtype=torch.int64), None, 1, out_cache_loc_is_physical=True)
-    b.init_forward_metadata(fb)
-    q = torch.zeros(bs * n, 16 * 128, dtype=torch.bfloat16)
-    kv = torch.zeros(bs * n, 2, 128, dtype=torch.bfloat16)
+    q = torch.zeros(8, 16 * 128, dtype=torch.bfloat16)
+    kv = torch.zeros(8, 2, 128, dtype=torch.bfloat16)
 
     def layer(lid, ks, vs, ks_float=None, vs_float=None):
         t = lambda x: None if x is None else torch.tensor(x)  # noqa: E731
@@ -662,34 +673,14 @@ def test_backend_fp8_mla_pool_runs_with_k_scale(monkeypatch):
     _sglang_or_skip()
     from types import SimpleNamespace
 
-    from verify_attn_sglang import backend as be
-
-    made, runs, stored = [], [], []
-
-    class Plan:
-        def __init__(self, *args, **kw):
-            made.append(kw)
-
-        def run(self, q, k_cache, v_cache=None, *, out=None, **kw):
-            runs.append(kw)
-            return out
-
-    monkeypatch.setattr(be, "_import_verify_attn", lambda: SimpleNamespace(TreeAttentionPlan=Plan))
-    n, bs = 4, 2
-    b = _bare_backend(n, 3, torch.randint(0, 500, (3, 32), dtype=torch.int32))
-    b.use_mla = True
-    b._va_kv_fp8 = True
-    b._va_slot_runs = 1
-    b.va_plans_made = 0
+    b, made, runs, fb = _fp8_pool_backend(monkeypatch, use_mla=True)
+    stored = []
     pool8 = torch.zeros(600, 1, 576, dtype=torch.float8_e4m3fn)
     b.token_to_kv_pool = SimpleNamespace(get_key_buffer=lambda i: pool8,
                                          set_kv_buffer=lambda layer, loc, k, v: stored.append((layer.layer_id, k, v)))
     b._set_kv_buffer = lambda *a, **kw: pytest.fail("MLA writes through the pool, unscaled by it")
-    fb = _verify_fb(n, torch.tensor([2, 0]), torch.tensor([9, 20], dtype=torch.int32),
-                    torch.randint(500, 600, (bs * n,), dtype=torch.int64), None, 1, out_cache_loc_is_physical=True)
-    b.init_forward_metadata(fb)
-    q = torch.zeros(bs * n, 16 * 576, dtype=torch.bfloat16)
-    k = torch.full((bs * n, 1, 576), 3.0, dtype=torch.bfloat16)
+    q = torch.zeros(8, 16 * 576, dtype=torch.bfloat16)
+    k = torch.full((8, 1, 576), 3.0, dtype=torch.bfloat16)
     v = k[..., :512]
 
     def layer(lid, ks, vs):
