@@ -214,27 +214,27 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
                              sK + half * Shape::kKTileBytes, full_bar[half], kBarProducer + half);
       } else {
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const DT* src[4];
-        uint32_t ok_bits = 0;
+        for (int hh = 0; hh < 2; ++hh) {
+          const DT* src[4];
+          uint32_t ok_bits = 0;
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const int r = rg + 8 * (4 * hh + k);
-          const int64_t off = s_off[buf * N + r];
-          const bool ok = off >= 0;
-          ok_bits |= static_cast<uint32_t>(ok) << k;
-          src[k] = gk + (ok ? off : 0) + c * kChunkElems;
+          for (int k = 0; k < 4; ++k) {
+            const int r = rg + 8 * (4 * hh + k);
+            const int64_t off = s_off[buf * N + r];
+            const bool ok = off >= 0;
+            ok_bits |= static_cast<uint32_t>(ok) << k;
+            src[k] = gk + (ok ? off : 0) + c * kChunkElems;
+          }
+#pragma unroll
+          for (int b = 0; b < KB; ++b) {
+#pragma unroll
+            for (int k = 0; k < 4; ++k)
+              cp_async_16(dst0 + b * kBlockBytes + (4 * hh + k) * 8 * 128, src[k] + b * kBlockCols,
+                          (ok_bits >> k) & 1u);
+            cp_async_commit();
+          }
         }
-#pragma unroll
-        for (int b = 0; b < KB; ++b) {
-#pragma unroll
-          for (int k = 0; k < 4; ++k)
-            cp_async_16(dst0 + b * kBlockBytes + (4 * hh + k) * 8 * 128, src[k] + b * kBlockCols,
-                        (ok_bits >> k) & 1u);
-          cp_async_commit();
-        }
-      }
-      publish_tile(full_bar[half]);
+        publish_tile(full_bar[half]);
       }
       // after publishing: its page-table load must not delay this tile
       if (i + 2 < n_loads) stage_rows(i + 2, buf ^ 1);
