@@ -128,6 +128,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_r32_kernel(const
         // One buffer (kK or kV) of tile i: the first pass's row read before the
         // buffer's wait, the later passes' rows read and stored one at a time,
         // then the release arrive on its `full` (the stores before the consumers' reads).
+        // The later passes' rows are resolved again for V: keeping their
+        // offsets from K's passes would take registers these warps lack.
         auto convert = [&](int buf, const uint8_t* g, DT* s, int64_t first_off) {
           Fp8RowChunks<D / 16 / kTprP, kTprP> c;
           c.load(g + first_off, ok, psub);

@@ -58,7 +58,10 @@ struct Fp8RowChunks {
       raw[c] = ok ? __ldg(reinterpret_cast<const uint4*>(row) + sub + TPR * c) : make_uint4(0u, 0u, 0u, 0u);
   }
 
-  // srow: the row in shared memory (q-dtype elements).
+  // srow: the row in shared memory (q-dtype elements). A chunk's eight words
+  // are converted before either of its two stores (not through e4m3x8_to with
+  // a store after each half: that order put 24 bytes of stack on the 32-row
+  // D128 kernel's load warps, which run at 40 registers; cubin_archs_test).
   template <typename DT>
   __device__ __forceinline__ void store(DT* srow, int sub) const {
 #pragma unroll

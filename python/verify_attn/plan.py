@@ -158,7 +158,8 @@ class TreeAttentionPlan:
         (an fp8 cache, GQA / MHA of head_dim 64 or 128 and MLA: docs/design_fp8.md).
       k_scale, v_scale (float): an fp8 cache's per-tensor scales (the cache
         holds ``K / k_scale``, ``V / v_scale``), finite and > 0; 1.0 (the
-        only value other caches take).
+        only value other caches take). MLA: the value, a prefix of the key,
+        takes ``k_scale``; ``v_scale`` stays 1.0 or equals ``k_scale``.
       max_q_len (int): host upper bound of every request's draft count (1..1024).
       max_kv_len (int): host upper bound of every request's KV rows (< 2^31).
       num_splits (int): 0 = automatic; 1..65535 forces the split-K count.

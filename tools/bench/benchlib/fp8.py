@@ -10,6 +10,8 @@ the same bytes.
 
 import torch
 
+from .timing import MAX_SETS
+
 E4M3_MAX = 448.0
 
 
@@ -20,11 +22,12 @@ def quantize(t: torch.Tensor):
 
 
 class Fp8Caches:
-    """The fp8 copies of the caches of the last few input sets (a row's), made once
-    each: ``get(inputs) -> (k8, k_scale, v8, v_scale)``, ``v8`` and ``v_scale``
-    None for MLA (``inputs.v_cache`` None)."""
+    """The fp8 copies of the caches of the last ``keep`` input sets, made once each
+    (``keep``: every set a row rotates over, so each column of the row reuses them):
+    ``get(inputs) -> (k8, k_scale, v8, v_scale)``, ``v8`` and ``v_scale`` None for
+    MLA (``inputs.v_cache`` None)."""
 
-    def __init__(self, keep: int = 4):
+    def __init__(self, keep: int = MAX_SETS):
         self.keep = keep
         self._made = []  # (inputs, copies): the inputs held, so an id is never reused
 
