@@ -14,6 +14,10 @@
 //   row max over the whole tile via shared memory when WARPS_N > 1
 //   P   = exp2(S - m) -> shared memory (DT), online softmax (core/softmax.cuh)
 //   O  += P[16 wm.., :] V[:, value cols of wn]
+// An fp8 (e4m3) cache (KvFp8 shapes: head_dim 256) is read by every thread
+// into registers, its part of the next tile's rows, and converted into the
+// free stage after this tile's P V (kernels/loaders/fp8_rows.cuh); the
+// consumers read the same q-dtype stages.
 // Split s takes the contiguous KV tiles [s T / S, (s+1) T / S) of the row
 // tile's T tiles; with S > 1 the normalized partial O and its natural-log lse
 // go to the workspace and merge_kernel combines them (core/merge.cuh).
@@ -34,6 +38,7 @@
 #include "kernels/core/softmax.cuh"
 #include "kernels/core/types.cuh"
 #include "kernels/launch.h"
+#include "kernels/loaders/fp8_rows.cuh"
 #include "kernels/loaders/tile_copy.cuh"
 #include "kernels/plan.h"
 
@@ -108,8 +113,35 @@ __global__ void __launch_bounds__(Shape::kThreads, VA_MIN_BLOCKS(Shape))
     copy_rows_async<N, kThreads, DQK, KS, DV, VS, !Shape::kVIsK>(
         sK + buf * N * KS, sV + buf * N * VS, gk, gv, KvTileRows<Loader>{loader, j0, kv_len, &s_bad_kv}, tid);
   };
+  // fp8: thread tid holds chunks of row tid / kFpTpr of a tile's K and V.
+  constexpr bool kFp8 = IsKvFp8<Shape>::value;
+  constexpr int kFpTpr = kThreads / N;  // threads per row
+  static_assert(!kFp8 || (!Shape::kVIsK && kThreads % N == 0 && DQK == DV && (DQK / 16) % kFpTpr == 0),
+                "fp8 tile rows");
+  const int fp_row = tid / kFpTpr, fp_sub = tid % kFpTpr;
+  struct Fp8Tile {
+    Fp8RowChunks<DQK / 16 / kFpTpr, kFpTpr> k, v;
+  };
+  auto fetch_kv = [&](int tile) {
+    Fp8Tile f;
+    int64_t k_off = 0, v_off = 0;
+    const bool ok = KvTileRows<Loader>{loader, tile * N, kv_len, &s_bad_kv}(fp_row, &k_off, &v_off);
+    f.k.load(static_cast<const uint8_t*>(p.k) + k_off, ok, fp_sub);
+    f.v.load(static_cast<const uint8_t*>(p.v) + v_off, ok, fp_sub);
+    return f;
+  };
+  auto put_kv = [&](const Fp8Tile& f, int buf) {
+    f.k.store(sK + buf * N * KS + fp_row * KS, fp_sub);
+    f.v.store(sV + buf * N * VS + fp_row * VS, fp_sub);
+  };
   if constexpr (Shape::kStages == 2) {
-    if (tile_begin < tile_end) load_kv(tile_begin, 0);
+    if (tile_begin < tile_end) {
+      if constexpr (kFp8) {
+        put_kv(fetch_kv(tile_begin), 0);
+      } else {
+        load_kv(tile_begin, 0);
+      }
+    }
     cp_async_commit();
   }
 
@@ -135,13 +167,24 @@ __global__ void __launch_bounds__(Shape::kThreads, VA_MIN_BLOCKS(Shape))
     const int buf = Shape::kStages == 1 ? 0 : ((it - tile_begin) & 1);
     if constexpr (Shape::kStages == 1) {
       __syncthreads();  // every warp is done with the previous tile's K/V and P
-      load_kv(it, 0);
+      if constexpr (kFp8) {
+        put_kv(fetch_kv(it), 0);
+      } else {
+        load_kv(it, 0);
+      }
       cp_async_commit();
     }
     cp_async_wait<0>();
     __syncthreads();  // [A] tile `it` (and Q) visible; tile it-1 fully consumed
+    // fp8, two stages: the next tile's rows read now, stored after this
+    // tile's P V (below), so that the reads fly under this tile's work.
+    [[maybe_unused]] Fp8Tile next;
     if constexpr (Shape::kStages == 2) {
-      if (it + 1 < tile_end) load_kv(it + 1, buf ^ 1);
+      if constexpr (kFp8) {
+        if (it + 1 < tile_end) next = fetch_kv(it + 1);
+      } else {
+        if (it + 1 < tile_end) load_kv(it + 1, buf ^ 1);
+      }
       cp_async_commit();
     }
 
@@ -211,6 +254,9 @@ __global__ void __launch_bounds__(Shape::kThreads, VA_MIN_BLOCKS(Shape))
         mma_m16n8k16<DT>(o[2 * jj], a, b[0], b[1]);
         mma_m16n8k16<DT>(o[2 * jj + 1], a, b[2], b[3]);
       }
+    }
+    if constexpr (kFp8 && Shape::kStages == 2) {
+      if (it + 1 < tile_end) put_kv(next, buf ^ 1);  // made visible by the next [A]
     }
   }
   cp_async_wait<0>();  // nothing may be in flight when the CTA exits

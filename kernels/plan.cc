@@ -371,8 +371,9 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
     if (n == 0)
       return va_fail(VA_ERR_UNSUPPORTED,
                      "kv_dtype: fp8 (e4m3) caches are served for GQA / MHA of head_dim 64 and 128 and for "
-                     "MLA by the warp-role kernels (sm_90a / sm_120a images); not for %s on sm_%d",
-                     p.head_dim_qk == 256 ? "head_dim 256" : "this call", dev.sm_arch);
+                     "MLA by the warp-role kernels (sm_90a / sm_120a images), and at head_dim 256; not for this "
+                     "call on sm_%d (this build: %s)",
+                     dev.sm_arch, va_compiled_archs());
   }
   int chosen = -1;
   // options.config: that configuration when it serves this call (else the

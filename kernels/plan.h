@@ -423,7 +423,10 @@ constexpr bool k_by_tma() {
 // thread's share of a 576-wide row (144 bytes) does not fit its 56 registers;
 // the plan takes the cluster kernel at every row count for an fp8 MLA cache
 // where no sm_90a image runs. Not the sm_90a TMA kernels: the plan takes the
-// cp.async one for an fp8 cache at every layout.
+// cp.async one for an fp8 cache at every layout. Of the one-tile kernels, the
+// head_dim 256 ones (every thread reads its part of a tile into registers and
+// converts it into the free stage); at head_dim 64 / 128 the plan takes the
+// warp-role kernels for an fp8 cache at every row count.
 template <class S>
 constexpr bool kv_fp8_ok() {
   if constexpr (S::kSplitRoles && !S::kVIsK) {
@@ -433,7 +436,9 @@ constexpr bool kv_fp8_ok() {
   } else if constexpr (S::kWgmma) {
     return !S::kSeesawTma;
   } else {
-    return false;
+    // The one-tile kernels at head_dim 256 (no warp-role kernel serves it):
+    // every thread converts its part of a tile (kernels/attention_kernel.cuh).
+    return !S::kVIsK && S::kDqk == 256;
   }
 }
 

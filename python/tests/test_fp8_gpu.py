@@ -5,7 +5,8 @@ The caches are random e4m3 bytes (every finite code: subnormals, zeros of both
 signs, the largest magnitudes; never a NaN code), so the conversion meets each
 value it can; the scales keep the scores in a softmax's range. Outputs are
 poisoned with NaN before each launch. Paths: the plan's, and each GQA warp-role
-kernel forced (16- and 32-row consumer warps), flat and paged caches (page_size
+kernel forced (16- and 32-row consumer warps), head_dim 256 on the one-tile
+kernels (two stages and one), flat and paged caches (page_size
 1 scattered, 16), split and unsplit, trees and chains, bf16 and fp16 q; MLA
 (576 / 512) on the plan's kernel (sm_90a: the cp.async wgmma kernel) and on the
 cluster kernel (sm_120's), from 16 rows per KV head (one draft) up.
@@ -242,11 +243,26 @@ def test_fp8_mla_plan_run_scales_and_v_scale_rule():
                                 k_scale=0.5, v_scale=0.25)
 
 
-def test_fp8_cache_not_served_is_refused_naming_kv_dtype():
-    qo = torch.tensor([0, 4], dtype=torch.int32, device="cuda")
-    kv_indptr = torch.tensor([0, 20], dtype=torch.int32, device="cuda")
-    q = torch.randn(4, 4, 256, device="cuda", dtype=torch.bfloat16)
-    k = torch.randn(20, 2, 256, device="cuda").to(FP8)
-    v = torch.randn(20, 2, 256, device="cuda").to(FP8)
-    with pytest.raises(NotImplementedError, match=r"kv_dtype: fp8 \(e4m3\) caches are served for GQA.*head_dim 256"):
-        va.tree_attention_flat(q, k, v, qo, kv_indptr, causal=True, max_q_len=4, max_kv_len=20, k_scale=0.5)
+# head_dim 256: the one-tile kernels (the plan's: two stages on sm_90; the
+# one-stage one, sm_120's, forced), every thread converting its part of a tile.
+D256_PATHS = {"auto": None, "one_stage": "gqa_d256_m64n32_s1"}
+
+
+@pytest.mark.parametrize("splits", [0, 3], ids=["splits0", "splits3"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("layout", ["flat", "page1", "page16"])
+@pytest.mark.parametrize("path", list(D256_PATHS))
+def test_fp8_cache_head_dim_256_matches_reference(path, layout, dtype, splits):
+    seed = testing.new_seed()
+    c = _case(seed, d=256, layout=layout, dtype=dtype, causal=seed % 3 == 0)
+    tuning = None if D256_PATHS[path] is None else va.Tuning(config=D256_PATHS[path])
+    info = va.plan_info(c["q"], c["k"], c["v"], c["qo"], c["kv_indptr"], c.get("kv_indices"), c.get("kv_len"),
+                        tree_mask=c["tree"], causal=c["causal"], max_q_len=max(c["q_lens"]),
+                        max_kv_len=max(c["kv_lens"]), num_splits=splits, k_scale=c["k_scale"],
+                        v_scale=c["v_scale"], tuning=tuning)
+    assert "_e4m3kv_gqa_d256_m64n32_s" in info["name"], info["name"]
+    if tuning is not None:
+        assert info["name"].endswith(D256_PATHS[path]), info["name"]
+    out = torch.full((c["q"].shape[0], c["q"].shape[1], 256), float("nan"), dtype=dtype, device="cuda")
+    out, lse = _run(c, splits=splits, tuning=tuning, out=out)
+    _check(c, out, lse, f"seed {seed} {info['name']} splits {info['num_splits']}")

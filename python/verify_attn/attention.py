@@ -1023,7 +1023,7 @@ def tree_attention_flat(
         ``q``, a scale not finite or not > 0 or other than 1 for a cache that
         is not fp8, an MLA ``v_scale`` other than 1 and ``k_scale``; message starts with the argument's name.
       NotImplementedError: a valid configuration the kernels do not support
-        (head dims, head counts, arch, an fp8 cache of head_dim 256;
+        (head dims, head counts, arch, an fp8 cache where no kernel of this build converts it;
         the message then starts with the C function's name, e.g.
         ``va_workspace_size: VA_ERR_UNSUPPORTED: num_qo_heads: ...``); ImportError: the compiled extension is missing;
         RuntimeError: CUDA errors (from the extension); KernelInputError: in

@@ -1,8 +1,8 @@
 """A representative subset of the GPU suite, small enough for compute-sanitizer.
 
 Flat and paged, MLA and GQA, split and unsplit, tree and causal, fp16 and bf16,
-fp8 (e4m3) caches (skipped when --config forces a GQA kernel without fp8
-instances, as racecheck's one-tile run does);
+fp8 (e4m3) caches (skipped when --config forces a head_dim 64 / 128 GQA
+kernel without fp8 instances, as racecheck's one-tile run does);
 each checked against the float64 reference (exit status 1 on a mismatch).
 Plus a bad-index case (paged, page ids past the end, negative and INT32_MAX in
 three requests, split and unsplit): the run expects
@@ -209,12 +209,15 @@ def main(argv=None):
         # fp8 (e4m3) caches: the load warps convert each row into the stage
         dict(mla=False, paged=True, dtype=torch.bfloat16, batch=2, q_len=24, prefix=300, heads=16, hkv=2, d=128, page_size=1, causal=False, splits=2, fp8=True),
         dict(mla=False, paged=False, dtype=torch.float16, batch=2, q_len=40, prefix=150, heads=16, hkv=2, d=64, page_size=1, causal=True, splits=0, fp8=True),
+        # head_dim 256: every thread of the one-tile kernel converts its part of a tile
+        dict(mla=False, paged=True, dtype=torch.bfloat16, batch=2, q_len=6, prefix=180, heads=8, hkv=2, d=256, page_size=1, causal=False, splits=2, fp8=True),
     ]
     worst = 0.0
     failed = 0
     n = len(cases)
     for c in cases:
-        if c.get("fp8") and any(t.startswith("gqa_d%d_" % c["d"]) and "_roles_" not in t for t in CONFIGS):
+        if c.get("fp8") and c["d"] != 256 and any(t.startswith("gqa_d%d_" % c["d"]) and "_roles_" not in t
+                                                  for t in CONFIGS):
             n -= 1
             print("skip fp8 case: --config forces a head_dim %d kernel without fp8 instances" % c["d"])
             continue

@@ -76,7 +76,6 @@ logger = logging.getLogger(__name__)
 
 MAX_DRAFT_TOKENS = 1024  # verify_attn's bound on q_len
 MHA_HEAD_DIMS = (64, 128, 256)
-FP8_HEAD_DIMS = (64, 128)  # MHA/GQA head dims verify_attn serves on an fp8 (e4m3) cache
 MLA_DIMS = (576, 512)
 MAX_GQA_GROUP = 16
 MAX_MLA_HEADS = 128
@@ -356,12 +355,7 @@ class VerifyAttnBackend(TritonAttnBackend):
         if getattr(self, "dllm_attention", None) is not None:
             return "DLLM"
         kv_dtype = getattr(model_runner, "kv_cache_dtype", None)
-        if kv_dtype == torch.float8_e4m3fn:
-            hd = getattr(model_runner.model_config, "head_dim", None)
-            if not self.use_mla and hd not in FP8_HEAD_DIMS:
-                return (f"an fp8 KV cache with head dim {hd} (MLA or MHA/GQA of head dim "
-                        f"{'/'.join(map(str, FP8_HEAD_DIMS))} only)")
-        elif kv_dtype not in (torch.float16, torch.bfloat16):
+        if kv_dtype not in (torch.float16, torch.bfloat16, torch.float8_e4m3fn):
             return f"KV cache dtype {kv_dtype} (fp16/bf16, or float8_e4m3fn for MLA and MHA/GQA)"
         cfg = model_runner.model_config
         if getattr(cfg, "is_encoder_decoder", False):
