@@ -287,7 +287,7 @@ __global__ void __launch_bounds__(Shape::kThreads, VA_MIN_BLOCKS(Shape))
   for (int i = 0; i < 2; ++i) {
     const int gr = row0 + wm * 16 + g + 8 * i;
     if (gr >= R) continue;
-    const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
+    const float inv = l[i] > 0.f ? p.v_scale / l[i] : 0.f;  // v_scale: 1 but for an fp8 cache
     store_out_row<NT_O, DV, DT>(p, split, folded_row(q_start, hk, G, gr), wn * DVW + 2 * t4, o, i, inv,
                                 OnlineSoftmaxRow::lse(sm[i].m, l[i]), wn == 0 && t4 == 0);
   }
