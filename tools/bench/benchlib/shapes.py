@@ -156,6 +156,9 @@ def full_grid() -> List[Shape]:
         out.append(mla(1, 16, t, 8 * K, "ddtree", ["ddtree"]))
     for t in (64, 1024):
         out.append(gqa(1, t, 8 * K, tags=["ddtree"]))
+    # head_dim 256 (Gemma-style; the one-tile kernels)
+    out += [gqa(1, 64, 8 * K, head_dim=256), gqa(16, 16, 4 * K, head_dim=256),
+            gqa(4, 16, 8 * K, heads=16, kv_heads=8, head_dim=256)]
     out.append(mla(1, 16, 60, 4 * K, "eagle"))   # EAGLE-2: ~60 nodes
     for b, h, t, l in DESIGN_ROWS[3:4] + DESIGN_ROWS[5:6]:
         out.append(mla(b, h, t, l, "chain", ["design"]))
