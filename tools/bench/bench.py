@@ -92,7 +92,7 @@ flags.DEFINE_list("compare_configs", [],
                   "refuses the forced tag for a shape.")
 flags.DEFINE_enum("kv_dtype", "", ["", "fp8_e4m3"],
                   "fp8_e4m3: also run our paged kernel on an fp8 (e4m3) copy of each row's caches (GQA / MHA "
-                  "of head_dim 64 and 128, MLA; column ours_paged@fp8, with --sm120 also ours_paged@fp8_sm120; "
+                  "and MLA; column ours_paged@fp8, with --sm120 also ours_paged@fp8_sm120; "
                   "per-tensor scales amax / 448; its error is against the q-dtype cache's float64 result, "
                   "quantization included). '': the cache in q's dtype only.")
 flags.DEFINE_bool("sm120", False, "Also run our paged kernel planned as on sm_120 (the column ours_paged@sm120: "

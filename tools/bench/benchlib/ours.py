@@ -135,10 +135,9 @@ class OursPagedFp8(OursPaged):
     (:mod:`benchlib.fp8`), the scales passed as ``k_scale`` / ``v_scale``. Its error column is against the
     float64 result of the q-dtype cache it was quantized from, quantization
     included (``tol``); the kernels' own error against the dequantized cache is
-    what python/tests/test_fp8_gpu.py asserts. GQA / MHA of head_dim 64 and 128,
-    and MLA (its one cache, ``k_scale`` only), the shapes the kernels serve on
-    fp8 caches; ``max_smem_bytes`` as for :class:`OursPaged` (column
-    ``ours_paged@fp8_<tag>``)."""
+    what python/tests/test_fp8_gpu.py asserts. Every shape: GQA / MHA and MLA
+    (its one cache, ``k_scale`` only); ``max_smem_bytes`` as for
+    :class:`OursPaged` (column ``ours_paged@fp8_<tag>``)."""
 
     tol = 5e-2
 
@@ -146,12 +145,6 @@ class OursPagedFp8(OursPaged):
         super().__init__(num_splits=num_splits, max_smem_bytes=max_smem_bytes,
                          tag=f"fp8_{tag}" if tag else "fp8")
         self.check_vs_ours = False
-
-    def applies(self, case):
-        s = case.shape
-        if not s.mla and s.d_qk not in (64, 128):
-            return "fp8 caches: GQA / MHA of head_dim 64 and 128, and MLA"
-        return None
 
     def _caches(self, inputs):
         import torch
