@@ -119,20 +119,14 @@ __global__ void __launch_bounds__(Shape::kThreads, VA_MIN_BLOCKS(Shape))
   static_assert(!kFp8 || (!Shape::kVIsK && kThreads % N == 0 && DQK == DV && (DQK / 16) % kFpTpr == 0),
                 "fp8 tile rows");
   const int fp_row = tid / kFpTpr, fp_sub = tid % kFpTpr;
-  struct Fp8Tile {
-    Fp8RowChunks<DQK / 16 / kFpTpr, kFpTpr> k, v;
-  };
+  using Fp8Tile = Fp8KvRow<DQK, kFpTpr>;
   auto fetch_kv = [&](int tile) {
     Fp8Tile f;
-    int64_t k_off = 0, v_off = 0;
-    const bool ok = KvTileRows<Loader>{loader, tile * N, kv_len, &s_bad_kv}(fp_row, &k_off, &v_off);
-    f.k.load(static_cast<const uint8_t*>(p.k) + k_off, ok, fp_sub);
-    f.v.load(static_cast<const uint8_t*>(p.v) + v_off, ok, fp_sub);
+    f.load(KvTileRows<Loader>{loader, tile * N, kv_len, &s_bad_kv}, fp_row, p.k, p.v, fp_sub);
     return f;
   };
   auto put_kv = [&](const Fp8Tile& f, int buf) {
-    f.k.store(sK + buf * N * KS + fp_row * KS, fp_sub);
-    f.v.store(sV + buf * N * VS + fp_row * VS, fp_sub);
+    f.store(sK + buf * N * KS + fp_row * KS, sV + buf * N * VS + fp_row * VS, fp_sub);
   };
   if constexpr (Shape::kStages == 2) {
     if (tile_begin < tile_end) {

@@ -97,26 +97,16 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_kernel(const Ker
     if constexpr (kFp8) {
       // Its part of the row's K and V (fp8 bytes) into registers before the
       // wait too, then converted into the free stage.
-      const uint8_t* gk = static_cast<const uint8_t*>(p.k);
-      const uint8_t* gv = static_cast<const uint8_t*>(p.v);
       const int row = lt / kTpr, sub = lt % kTpr;
-      struct Fetched {
-        Fp8RowChunks<D / 16 / kTpr, kTpr> k, v;
-      };
       convert_role_ring<STAGES>(
           visits, full, empty,
           [&](int i) {
-            int64_t k_off = 0, v_off = 0;
-            const bool ok =
-                KvTileRows<Loader>{loader, (rt.tile_begin + i) * N, rt.kv_len, &s_bad_kv}(row, &k_off, &v_off);
-            Fetched f;
-            f.k.load(gk + k_off, ok, sub);
-            f.v.load(gv + v_off, ok, sub);
+            Fp8KvRow<D, kTpr> f;
+            f.load(KvTileRows<Loader>{loader, (rt.tile_begin + i) * N, rt.kv_len, &s_bad_kv}, row, p.k, p.v, sub);
             return f;
           },
-          [&](const Fetched& f, int st) {
-            f.k.store(sK + st * N * KS + row * KS, sub);
-            f.v.store(sV + st * N * KS + row * KS, sub);
+          [&](const Fp8KvRow<D, kTpr>& f, int st) {
+            f.store(sK + st * N * KS + row * KS, sV + st * N * KS + row * KS, sub);
           });
       sm90::named_barrier_arrive(kDone, Shape::kThreads);
       return;

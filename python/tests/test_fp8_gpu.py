@@ -114,16 +114,24 @@ def _check(c, out, lse, label):
 @pytest.mark.parametrize("path", list(PATHS))
 @pytest.mark.parametrize("d", [64, 128])
 def test_fp8_cache_matches_reference(d, path, layout, dtype, splits):
+    _check_on_path(d, layout, dtype, splits, "_e4m3kv_gqa_d%d_roles_" % d,
+                   None if PATHS[path] is None else PATHS[path][d])
+
+
+def _check_on_path(d, layout, dtype, splits, kernel, forced):
+    """A fresh random case on the plan's kernel (forced: that configuration's
+    tag), whose name must contain `kernel`, run into a NaN-poisoned output and
+    checked against the reference of the dequantized cache."""
     seed = testing.new_seed()
     c = _case(seed, d=d, layout=layout, dtype=dtype, causal=seed % 3 == 0)
-    tuning = None if PATHS[path] is None else va.Tuning(config=PATHS[path][d])
+    tuning = None if forced is None else va.Tuning(config=forced)
     info = va.plan_info(c["q"], c["k"], c["v"], c["qo"], c["kv_indptr"], c.get("kv_indices"), c.get("kv_len"),
                         tree_mask=c["tree"], causal=c["causal"], max_q_len=max(c["q_lens"]),
                         max_kv_len=max(c["kv_lens"]), num_splits=splits, k_scale=c["k_scale"],
                         v_scale=c["v_scale"], tuning=tuning)
-    assert "_e4m3kv_gqa_d%d_roles_" % d in info["name"], info["name"]
-    if tuning is not None:
-        assert info["name"].endswith(PATHS[path][d]), info["name"]
+    assert kernel in info["name"], info["name"]
+    if forced is not None:
+        assert info["name"].endswith(forced), info["name"]
     out = torch.full((c["q"].shape[0], c["q"].shape[1], d), float("nan"), dtype=dtype, device="cuda")
     out, lse = _run(c, splits=splits, tuning=tuning, out=out)
     _check(c, out, lse, f"seed {seed} {info['name']} splits {info['num_splits']}")
@@ -253,16 +261,4 @@ D256_PATHS = {"auto": None, "one_stage": "gqa_d256_m64n32_s1"}
 @pytest.mark.parametrize("layout", ["flat", "page1", "page16"])
 @pytest.mark.parametrize("path", list(D256_PATHS))
 def test_fp8_cache_head_dim_256_matches_reference(path, layout, dtype, splits):
-    seed = testing.new_seed()
-    c = _case(seed, d=256, layout=layout, dtype=dtype, causal=seed % 3 == 0)
-    tuning = None if D256_PATHS[path] is None else va.Tuning(config=D256_PATHS[path])
-    info = va.plan_info(c["q"], c["k"], c["v"], c["qo"], c["kv_indptr"], c.get("kv_indices"), c.get("kv_len"),
-                        tree_mask=c["tree"], causal=c["causal"], max_q_len=max(c["q_lens"]),
-                        max_kv_len=max(c["kv_lens"]), num_splits=splits, k_scale=c["k_scale"],
-                        v_scale=c["v_scale"], tuning=tuning)
-    assert "_e4m3kv_gqa_d256_m64n32_s" in info["name"], info["name"]
-    if tuning is not None:
-        assert info["name"].endswith(D256_PATHS[path]), info["name"]
-    out = torch.full((c["q"].shape[0], c["q"].shape[1], 256), float("nan"), dtype=dtype, device="cuda")
-    out, lse = _run(c, splits=splits, tuning=tuning, out=out)
-    _check(c, out, lse, f"seed {seed} {info['name']} splits {info['num_splits']}")
+    _check_on_path(256, layout, dtype, splits, "_e4m3kv_gqa_d256_m64n32_s", D256_PATHS[path])
