@@ -24,9 +24,14 @@
 //               partner's half on the local xfull[b][warp] and add it: both
 //               CTAs add the same two halves (fp32 addition commutes), so
 //               both hold the same scores and run the same softmax. Then
-//               scale and mask, the online softmax, and, once the O warps are
-//               done with P of two tiles ago, P (bf16) and the rows' rescale
-//               factors, and all arrive on FULL_P;
+//               scale and mask and the online softmax; P (bf16) and the rows'
+//               rescale factors stay in registers until the next visit's
+//               Q K^T is issued, then go to P buffer b once the O warps are
+//               done with its P of two visits before, and all arrive on
+//               FULL_P. So the O warps' P V of visit i issues while the S
+//               warps exchange and run the softmax of visit i + 1, which
+//               issue no MMA, rather than beside their Q K^T, where both
+//               roles would wait for the same tensor pipe;
 //   O warps     wait FULL_P, rescale O, O += P V (V: the stage's 256 value
 //               columns), release the stage and P.
 // Exchange buffer b of warp w is rewritten by the partner at visit i + 2 only
@@ -212,6 +217,10 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
     float* x_mine = sX + (warp * NT * 32 + lane) * 4;
     const uint32_t x_theirs = cluster::map_rank(x_mine, c ^ 1u);
     const uint32_t xbar_theirs = cluster::map_rank(xfull + warp, c ^ 1u);
+    // P of the previous visit (DT pairs) and its rows' factors: published
+    // after this visit's Q K^T (above).
+    uint32_t p_prev[NT][2];
+    float alpha_prev[2];
     for (int i = 0; i < visits; ++i) {
       const int st = i % STAGES, b = i & 1;
       mbar_wait(full + st, static_cast<uint32_t>((i / STAGES) & 1));
@@ -238,6 +247,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
       }
       __syncwarp();
       if (lane == 0) mbar_arrive(empty + st);  // this warp's reads of the stage are done
+      if (i > 0)
+        publish_p_packed<NT, PS>(p_prev, alpha_prev, p_store + (b ^ 1) * M * PS, sAlpha + (b ^ 1) * M + warp * 16, g,
+                                 t4, true, b ^ 1, kFullP, kEmptyP, CT);
 
       // ---- exchange the partial scores with the partner CTA's warp of the same rows ----
 #pragma unroll
@@ -262,8 +274,14 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
       scale_mask_row_max<NT>(s, rmask, rows, j0, N, 0, t4, p.scale_log2, mx);
       float alpha[2];
       softmax_tile<NT>(s, sm, mx, p.scale_log2, alpha);
-      publish_p<NT, PS>(s, alpha, p_store + b * M * PS, sAlpha + b * M + warp * 16, g, t4, true, b, kFullP,
-                        kEmptyP, CT);
+      pack_p<NT, DT>(s, p_prev);
+      alpha_prev[0] = alpha[0];
+      alpha_prev[1] = alpha[1];
+    }
+    if (visits > 0) {
+      const int b = (visits - 1) & 1;
+      publish_p_packed<NT, PS>(p_prev, alpha_prev, p_store + b * M * PS, sAlpha + b * M + warp * 16, g, t4, true, b,
+                               kFullP, kEmptyP, CT);
     }
     // The partner's last half has landed: nothing more is written into this
     // CTA's shared memory from outside.

@@ -5,7 +5,9 @@
 // warps wrote it) and empty_p + b (the O warps are done with it).
 //
 // publish_p: an S warp's 16 rows of P for visit i, written once the O warps
-// released buffer b (visit i - 2). finish_s_role: after the loop, an S warp
+// released buffer b (visit i - 2); publish_p_packed the same from P already
+// packed into DT pairs (pack_p), which the cluster kernel keeps in registers
+// through the next visit's Q K^T. finish_s_role: after the loop, an S warp
 // waits for the O warps' last two releases and leaves its rows' running max
 // and sum for the epilogue.
 //
@@ -33,16 +35,17 @@ namespace verify_attn {
 // p_rows: row g of the warp's 16 rows in buffer b (row stride PS); alpha_rows:
 // the warp's 16 factors in buffer b. writer: whether this warp writes (of two
 // warps holding the same scores, one does); every S warp arrives on full_p + b.
+// pk: the thread's P fragments as DT pairs (pack_p), rows g and g + 8.
 template <int NT, int PS, typename DT>
-__device__ __forceinline__ void publish_p(const float (&s)[NT][4], const float (&alpha)[2], DT* p_rows,
-                                          float* alpha_rows, int g, int t4, bool writer, int b, int full_p,
-                                          int empty_p, int threads) {
+__device__ __forceinline__ void publish_p_packed(const uint32_t (&pk)[NT][2], const float (&alpha)[2], DT* p_rows,
+                                                 float* alpha_rows, int g, int t4, bool writer, int b, int full_p,
+                                                 int empty_p, int threads) {
   sm90::named_barrier_sync(empty_p + b, threads);  // the O warps are done with P[b] of visit i - 2
   if (writer) {
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-      *reinterpret_cast<uint32_t*>(p_rows + j * 8) = DTypeTraits<DT>::pack(s[j][0], s[j][1]);
-      *reinterpret_cast<uint32_t*>(p_rows + 8 * PS + j * 8) = DTypeTraits<DT>::pack(s[j][2], s[j][3]);
+      *reinterpret_cast<uint32_t*>(p_rows + j * 8) = pk[j][0];
+      *reinterpret_cast<uint32_t*>(p_rows + 8 * PS + j * 8) = pk[j][1];
     }
     if (t4 == 0) {
       alpha_rows[g] = alpha[0];
@@ -50,6 +53,25 @@ __device__ __forceinline__ void publish_p(const float (&s)[NT][4], const float (
     }
   }
   sm90::named_barrier_arrive(full_p + b, threads);
+}
+
+// A thread's P fragments (rows g, g + 8) as DT pairs, what publish_p_packed stores.
+template <int NT, typename DT>
+__device__ __forceinline__ void pack_p(const float (&s)[NT][4], uint32_t (&pk)[NT][2]) {
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    pk[j][0] = DTypeTraits<DT>::pack(s[j][0], s[j][1]);
+    pk[j][1] = DTypeTraits<DT>::pack(s[j][2], s[j][3]);
+  }
+}
+
+template <int NT, int PS, typename DT>
+__device__ __forceinline__ void publish_p(const float (&s)[NT][4], const float (&alpha)[2], DT* p_rows,
+                                          float* alpha_rows, int g, int t4, bool writer, int b, int full_p,
+                                          int empty_p, int threads) {
+  uint32_t pk[NT][2];
+  pack_p<NT, DT>(s, pk);
+  publish_p_packed<NT, PS>(pk, alpha, p_rows, alpha_rows, g, t4, writer, b, full_p, empty_p, threads);
 }
 
 // stat: [2][M] (the rows' running max, then their sums); r16: the warp's

@@ -84,8 +84,19 @@ constexpr int kPoolRows = 32768;  // the global KV pool the load warps gather fr
 // M rows, DQK dims of Q K^T, DV value columns (all this CTA's); S warps of QR
 // rows x QD dims (pairs = DQK / QD warps share rows); O warps of PR rows x PC cols.
 // N KV rows per tile, KS stages, LW load warps (0: stages filled once).
+// FL: kBal (1) places 2 S warps alone on schedulers 0 and 1 (warps 0, 1) and
+// the 4 O warps two each on schedulers 2 and 3 (warps 2, 3, 6, 7; 4 and 5
+// idle): each scheduler then issues about the same number of mma per tile
+// (144 vs 128) where 32-row S warps on warps 0, 1 beside O warps would load
+// two schedulers with 208. kProf (2) counts the S and O warps' cycles per tile
+// by phase (clock(); issue times, so an mma's latency shows in the phase that
+// first reads its result).
+// kLook2 / kLook3 (4 / 8): the S warps load K fragments 2 / 3 k-steps ahead
+// of the MMAs that use them (1 without).
+constexpr int kBal = 1, kProf = 2, kLook2 = 4, kLook3 = 8;
+
 template <int M, int DQK, int DV, int QR, int QD, int PR, int PC, bool XCH, int N_, int KS, int LW, int CH = 1,
-          int NS = 1, bool OL = false>
+          int NS = 1, bool OL = false, int FL = 0>
 struct Cfg {
   static_assert(LW == 0 || LW == 4, "setmaxnreg needs the load warps to be one whole warpgroup");
   static_assert(NS == 1 || (NS == 2 && DQK == QD), "column halves only without a dim split");
@@ -100,8 +111,23 @@ struct Cfg {
   static constexpr int kPairs = DQK / QD;
   static constexpr int kSWarps = (M / QR) * kPairs * NS;
   static constexpr int kOWarps = (M / PR) * (DV / PC);
-  static constexpr int kComputeThreads = (kSWarps + kOWarps) * 32;
-  static constexpr int kThreads = kComputeThreads + LW * 32;
+  static constexpr bool kBalanced = (FL & kBal) != 0;
+  static constexpr bool kProfiled = (FL & kProf) != 0;
+  static constexpr int kLook = 1 + ((FL >> 2) & 3);  // K fragment lookahead of the S warps, in k-steps
+  static_assert(!kBalanced || (kSWarps == 2 && kOWarps == 4), "the balanced placement is for 2 S + 4 O warps");
+  static constexpr int kComputeThreads = (kSWarps + kOWarps) * 32;  // the named barriers' count
+  static constexpr int kComputeWarps = kBalanced ? 8 : kSWarps + kOWarps;  // warps before the load warps
+  static constexpr int kThreads = kComputeWarps * 32 + LW * 32;
+  // setmaxnreg per warpgroup: 0-3 and 4-7 (the load warps give back down to 56).
+  static constexpr int kRegsWg0 = kBalanced ? 240 : 216, kRegsWg1 = kBalanced ? 200 : 216;
+  static_assert(LW == 0 || 128 * (kRegsWg0 + kRegsWg1 + 56) <= kThreads * (65536 / kThreads / 8 * 8),
+                "setmaxnreg budget");
+  // S warp index of warp w (-1: not an S warp), O warp index likewise.
+  __device__ static int s_index(int w) { return kBalanced ? (w < 2 ? w : -1) : (w < kSWarps ? w : -1); }
+  __device__ static int o_index(int w) {
+    if (kBalanced) return (w == 2 || w == 3) ? w - 2 : (w == 6 || w == 7) ? w - 4 : -1;
+    return (w >= kSWarps && w < kSWarps + kOWarps) ? w - kSWarps : -1;
+  }
   static constexpr int kKStride = DQK + 8;  // bf16 per K row: 16 B of padding keeps ldmatrix conflict-free
   static constexpr int kPStride = kN + 8;
   static constexpr int kKBytes = kN * kKStride * 2;
@@ -116,7 +142,7 @@ struct Cfg {
 template <class C, int M, int DQK, int DV, int QR, int QD, int PR, int PC>
 __global__ void __launch_bounds__(C::kThreads, 1)
     core_kernel(const bf16* __restrict__ gK, const bf16* __restrict__ gQ, const bf16* __restrict__ pool,
-                const int* __restrict__ slots, float* out, int tiles) {
+                const int* __restrict__ slots, float* out, unsigned long long* prof, int tiles) {
   constexpr int N = C::kN, KS = C::kStages, CT = C::kComputeThreads;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* sK = reinterpret_cast<bf16*>(smem);                                          // [KS][N][kKStride]
@@ -161,24 +187,44 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     }
     cp_async_arrive_noinc(full + st);
   };
-  if (warp >= C::kSWarps + C::kOWarps) {
+  if (warp >= C::kComputeWarps) {
     // ---------------- load warps ----------------
     if constexpr (C::kLoadWarps > 0) {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
       for (int it = 0; it < tiles; ++it) {
         if (it >= KS) mbar_wait(empty + stage(it), phase(it) ^ 1);
-        fill(it, threadIdx.x - CT, C::kLoadWarps * 32);
+        fill(it, threadIdx.x - C::kComputeWarps * 32, C::kLoadWarps * 32);
       }
       asm volatile("cp.async.wait_all;\n" ::: "memory");
     }
     return;
   }
-  if constexpr (C::kLoadWarps > 0) asm volatile("setmaxnreg.inc.sync.aligned.u32 216;\n");
+  if constexpr (C::kLoadWarps > 0) {
+    if (warp < 4) {
+      asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(C::kRegsWg0));
+    } else {
+      asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(C::kRegsWg1));
+    }
+  }
+  const int si = C::s_index(warp), oi = C::o_index(warp);
+  if (si < 0 && oi < 0) return;  // an idle warp of the balanced placement
+  // Phase cycles (kProfiled): S warps 0 wait full, 1 Q K^T issue, 2 exchange,
+  // 3 softmax, 4 wait for a free P buffer, 5 P store; O warps 6 wait for P,
+  // 7 rescale and P V; 8 / 9 the S / O warp-tiles counted.
+  uint32_t ph[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  uint32_t t_last = 0;
+  auto mark = [&](int k) {
+    if constexpr (C::kProfiled) {
+      const uint32_t now = static_cast<uint32_t>(clock());
+      ph[k] += now - t_last;
+      t_last = now;
+    }
+  };
 
-  if (warp < C::kSWarps) {
+  if (si >= 0) {
     // ---------------- S warps ----------------
     constexpr int MT = QR / 16, KT = QD / 16, NS = C::kColSplit, NT = N / 8 / NS;
-    const int cs = warp % NS, wp = warp / NS;  // column half, then row group / dim half
+    const int cs = si % NS, wp = si / NS;  // column half, then row group / dim half
     const int rg = wp / C::kPairs, dh = wp % C::kPairs;
     const int row0 = rg * QR, dim0 = dh * QD, col0 = cs * (N / NS);
     uint32_t q[MT][KT][4];
@@ -195,9 +241,11 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 #pragma unroll
     for (int mi = 0; mi < MT; ++mi) m_run[mi][0] = m_run[mi][1] = -1e30f, l_run[mi][0] = l_run[mi][1] = 0.f;
     const float scale = 0.0601f;  // log2(e) / sqrt(576)
+    if constexpr (C::kProfiled) t_last = static_cast<uint32_t>(clock());
     for (int it = 0; it < tiles; ++it) {
       const int b = it & 1, st = stage(it);
       if constexpr (kFed) mbar_wait(full + st, phase(it));
+      mark(0);
       const bf16* K = sK + (st * N + col0) * C::kKStride;
       constexpr int CHN = C::kChains;
       float sc[CHN][MT][NT][4];
@@ -208,24 +256,28 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 #pragma unroll
           for (int nj = 0; nj < NT; ++nj) sc[c][mi][nj][0] = sc[c][mi][nj][1] = sc[c][mi][nj][2] = sc[c][mi][nj][3] = 0.f;
       float(&s)[MT][NT][4] = sc[0];
-      // Fragments of the next k-step load while this one's MMAs issue.
-      uint32_t kf[2][NT / 2][4];
+      // Fragments of k-step kk + LK load while k-step kk's MMAs issue.
+      constexpr int LK = C::kLook, KB = LK + 1;
+      uint32_t kf[KB][NT / 2][4];
       const int krow = (lane & 7) + ((lane >> 4) << 3), kcol = ((lane >> 3) & 1) * 8 + dim0;
 #pragma unroll
-      for (int p = 0; p < NT / 2; ++p) ldmatrix_x4(kf[0][p], K + (p * 16 + krow) * C::kKStride + kcol);
+      for (int k0 = 0; k0 < LK; ++k0)
+#pragma unroll
+        for (int p = 0; p < NT / 2; ++p)
+          ldmatrix_x4(kf[k0][p], K + (p * 16 + krow) * C::kKStride + kcol + k0 * 16);
 #pragma unroll
       for (int kk = 0; kk < KT; ++kk) {
-        if (kk + 1 < KT) {
+        if (kk + LK < KT) {
 #pragma unroll
           for (int p = 0; p < NT / 2; ++p)
-            ldmatrix_x4(kf[(kk + 1) & 1][p], K + (p * 16 + krow) * C::kKStride + kcol + (kk + 1) * 16);
+            ldmatrix_x4(kf[(kk + LK) % KB][p], K + (p * 16 + krow) * C::kKStride + kcol + (kk + LK) * 16);
         }
 #pragma unroll
         for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
           for (int p = 0; p < NT / 2; ++p) {
-            mma_m16n8k16<bf16>(sc[kk % CHN][mi][2 * p], q[mi][kk], kf[kk & 1][p][0], kf[kk & 1][p][1]);
-            mma_m16n8k16<bf16>(sc[kk % CHN][mi][2 * p + 1], q[mi][kk], kf[kk & 1][p][2], kf[kk & 1][p][3]);
+            mma_m16n8k16<bf16>(sc[kk % CHN][mi][2 * p], q[mi][kk], kf[kk % KB][p][0], kf[kk % KB][p][1]);
+            mma_m16n8k16<bf16>(sc[kk % CHN][mi][2 * p + 1], q[mi][kk], kf[kk % KB][p][2], kf[kk % KB][p][3]);
           }
       }
 #pragma unroll
@@ -236,6 +288,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           for (int nj = 0; nj < NT; ++nj)
 #pragma unroll
             for (int r = 0; r < 4; ++r) s[mi][nj][r] += sc[c][mi][nj][r];
+      mark(1);
       if constexpr (C::kLoadWarps > 0) {  // the S warps are done with this stage's K
         __syncwarp();
         if (lane == 0) mbar_arrive(empty + st);
@@ -244,8 +297,8 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         // Partial scores to the partner, the partner's back: the other warp of
         // the pair, or (pairs = 1) this warp itself, standing in for the
         // other CTA of a cluster that splits the dims.
-        float* mine = sX + ((b * C::kSWarps + warp) * C::kXFloats) * 32;
-        const float* theirs = sX + ((b * C::kSWarps + (C::kPairs == 2 ? warp ^ 1 : warp)) * C::kXFloats) * 32;
+        float* mine = sX + ((b * C::kSWarps + si) * C::kXFloats) * 32;
+        const float* theirs = sX + ((b * C::kSWarps + (C::kPairs == 2 ? si ^ 1 : si)) * C::kXFloats) * 32;
 #pragma unroll
         for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
@@ -272,6 +325,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
               for (int r = 0; r < 4; ++r) s[mi][nj][r] *= 0.5f;  // own partial read back: keep the scale
         }
       }
+      mark(2);
       // Online softmax of rows g and g + 8 of each m16 tile: the row maxima
       // over this warp's columns (the quad of lanes of a row), then, with the
       // columns split, over the other half's too (shared memory, one barrier
@@ -289,8 +343,8 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           rmax[mi][h] = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         }
       if constexpr (NS == 2) {
-        float* mine = sMx + (b * C::kSWarps + warp) * 32;
-        const float* theirs = sMx + (b * C::kSWarps + (warp ^ 1)) * 32;
+        float* mine = sMx + (b * C::kSWarps + si) * 32;
+        const float* theirs = sMx + (b * C::kSWarps + (si ^ 1)) * 32;
         if (t == 0) {
 #pragma unroll
           for (int mi = 0; mi < MT; ++mi)
@@ -319,7 +373,9 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           }
           l_run[mi][h] = l_run[mi][h] * alpha[mi][h] + sum;
         }
+      mark(3);
       named_barrier_sync(kEmpty + b, CT);  // the O warps are done with P[b] of tile it - 2
+      mark(4);
       if (dh == 0) {
         bf16* P = sP + b * M * C::kPStride;
 #pragma unroll
@@ -338,6 +394,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         }
       }
       named_barrier_arrive(kFull + b, CT);
+      mark(5);
     }
     named_barrier_sync(kEmpty + (tiles & 1), CT);  // the O warps' last two releases
     named_barrier_sync(kEmpty + ((tiles + 1) & 1), CT);
@@ -346,7 +403,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   } else {
     // ---------------- O warps ----------------
     constexpr int MT = PR / 16, NT = PC / 8;
-    const int v = warp - C::kSWarps;
+    const int v = oi;
     const int rg = v / (DV / PC), cg = v % (DV / PC);
     const int row0 = rg * PR, col0 = cg * PC;
     float o[MT][NT][4];
@@ -363,10 +420,12 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     }
     named_barrier_arrive(kEmpty, CT);  // both P buffers start free
     named_barrier_arrive(kEmpty + 1, CT);
+    if constexpr (C::kProfiled) t_last = static_cast<uint32_t>(clock());
     for (int it = 0; it < tiles; ++it) {
       const int b = it & 1, st = stage(it);
       named_barrier_sync(kFull + b, CT);  // P[b] written; the S warps saw stage st full
       if constexpr (kFed) mbar_wait(full + st, phase(it));  // the stage's copies, visible here too
+      mark(6);
       const bf16* P = sP + b * M * C::kPStride;
       const bf16* V = sK + st * N * C::kKStride;
 #pragma unroll
@@ -402,11 +461,19 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         if (it + KS < tiles) fill(it + KS, olt, C::kOWarps * 32);
       }
       named_barrier_arrive(kEmpty + b, CT);
+      mark(7);
     }
 #pragma unroll
     for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
       for (int nj = 0; nj < NT; ++nj) acc_sum += o[mi][nj][0] + o[mi][nj][3];
+  }
+  if constexpr (C::kProfiled) {
+    if (lane == 0) {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) atomicAdd(prof + k, static_cast<unsigned long long>(ph[k]));
+      atomicAdd(prof + (si >= 0 ? 8 : 9), static_cast<unsigned long long>(tiles));
+    }
   }
   if (acc_sum == 12345.678f) out[blockIdx.x * C::kThreads + threadIdx.x] = acc_sum;  // keeps the work alive
 }
@@ -417,12 +484,13 @@ struct Inputs {
   const bf16* pool;   // [kPoolRows][576]: what the load warps gather
   const int* slots;   // [kPoolRows]: a random permutation (page_size 1, scattered)
   float* out;
+  unsigned long long* prof;  // [10]: kProfiled's phase cycles and warp-tile counts
 };
 
 template <int M, int DQK, int DV, int QR, int QD, int PR, int PC, bool XCH, int N, int KS, int LW, int CH = 1,
-          int NS = 1, bool OL = false>
+          int NS = 1, bool OL = false, int FL = 0>
 void run(const char* name, int tiles, int launches, const Inputs& in, int sms, int smem_cap) {
-  using C = Cfg<M, DQK, DV, QR, QD, PR, PC, XCH, N, KS, LW, CH, NS, OL>;
+  using C = Cfg<M, DQK, DV, QR, QD, PR, PC, XCH, N, KS, LW, CH, NS, OL, FL>;
   auto kernel = core_kernel<C, M, DQK, DV, QR, QD, PR, PC>;
   // One CTA per SM: ask for more than half of the SM's shared memory when the
   // configuration itself needs less (sm_120 fits one such CTA per SM anyway).
@@ -436,16 +504,29 @@ void run(const char* name, int tiles, int launches, const Inputs& in, int sms, i
   }
   cudaFuncAttributes attr;
   cudaFuncGetAttributes(&attr, kernel);
+  cudaMemset(in.prof, 0, 10 * sizeof(unsigned long long));
   const float best = microbench::best_ms(
-      [&] { kernel<<<sms, C::kThreads, smem>>>(in.k, in.q, in.pool, in.slots, in.out, tiles); }, launches);
+      [&] { kernel<<<sms, C::kThreads, smem>>>(in.k, in.q, in.pool, in.slots, in.out, in.prof, tiles); }, launches);
   const cudaError_t err = cudaGetLastError();
   const double tflops = C::kFlopPerTile * tiles * sms / (best * 1e-3) / 1e12;
   const double l2_tbs = double(N) * DQK * 2 * tiles * sms / (best * 1e-3) / 1e12;  // bytes the load warps bring
   std::printf("{\"config\": \"%s\", \"rows\": %d, \"n\": %d, \"stages\": %d, \"s_warps\": %d, \"o_warps\": %d, "
               "\"load_warps\": %d, \"registers\": %d, \"local_bytes\": %zu, \"smem\": %d, \"tflops\": %.1f, "
-              "\"load_tb_per_s\": %.2f, \"ms\": %.3f, \"status\": \"%s\"}\n",
+              "\"load_tb_per_s\": %.2f, \"ms\": %.3f, \"status\": \"%s\"",
               name, M, N, KS, C::kSWarps, C::kOWarps, LW, attr.numRegs, attr.localSizeBytes, C::kSmem, tflops,
               (LW || OL) ? l2_tbs : 0.0, best, cudaGetErrorString(err));
+  if (C::kProfiled) {
+    unsigned long long h[10];
+    cudaMemcpy(h, in.prof, sizeof(h), cudaMemcpyDeviceToHost);
+    const char* names[8] = {"s_wait_full", "s_qk", "s_exchange", "s_softmax", "s_wait_p_free", "s_p_store",
+                            "o_wait_p", "o_pv"};
+    std::printf(", \"cycles_per_tile\": {");
+    for (int k = 0; k < 8; ++k)
+      std::printf("%s\"%s\": %.0f", k ? ", " : "", names[k],
+                  double(h[k]) / double(h[k < 6 ? 8 : 9] ? h[k < 6 ? 8 : 9] : 1));
+    std::printf("}");
+  }
+  std::printf("}\n");
 }
 
 }  // namespace
@@ -464,6 +545,7 @@ int main(int argc, char** argv) {
   in.k = microbench::upload(hk), in.q = microbench::upload(hq), in.pool = microbench::upload(hpool);
   in.slots = microbench::upload(rng.permutation(kPoolRows));
   cudaMalloc(&in.out, sizeof(float) * sms * 1024);
+  cudaMalloc(&in.prof, 10 * sizeof(unsigned long long));
   // The compute core alone (stages filled once).
   run<32, 576, 512, 16, 576, 32, 128, false, 32, 2, 0>("m32_full", tiles, launches, in, sms, smem_cap);
   run<32, 576, 512, 16, 288, 32, 128, true, 32, 2, 0>("m32_pair", tiles, launches, in, sms, smem_cap);
@@ -472,6 +554,12 @@ int main(int argc, char** argv) {
   run<64, 288, 256, 16, 288, 64, 64, true, 32, 2, 0, 2>("m64_half4_2ch", tiles, launches, in, sms, smem_cap);
   run<64, 288, 256, 32, 144, 64, 64, true, 32, 2, 0>("m64_q32pair", tiles, launches, in, sms, smem_cap);
   run<64, 288, 256, 16, 288, 64, 64, true, 32, 2, 0, 1, 2>("m64_half8", tiles, launches, in, sms, smem_cap);
+  run<64, 288, 256, 32, 288, 64, 64, true, 32, 2, 0, 1, 1, false, kBal>("m64_half_bal", tiles, launches, in, sms,
+                                                                       smem_cap);
+  run<64, 288, 256, 16, 288, 64, 64, true, 32, 2, 0, 1, 1, false, kProf>("m64_half4_prof", tiles, launches, in, sms,
+                                                                        smem_cap);
+  run<64, 288, 256, 32, 288, 64, 64, true, 32, 2, 0, 1, 1, false, kBal | kProf>("m64_half_bal_prof", tiles,
+                                                                               launches, in, sms, smem_cap);
   // With load warps gathering scattered rows.
   run<32, 576, 512, 16, 288, 32, 128, true, 32, 2, 4>("m32_pair_load", tiles, launches, in, sms, smem_cap);
   run<32, 576, 512, 16, 288, 32, 128, true, 16, 4, 4>("m32_pair_load_n16", tiles, launches, in, sms, smem_cap);
@@ -481,6 +569,22 @@ int main(int argc, char** argv) {
   run<64, 288, 256, 16, 288, 64, 64, true, 32, 3, 0, 1, 1, true>("m64_half4_oload", tiles, launches, in, sms, smem_cap);
   run<64, 288, 256, 16, 288, 64, 64, true, 32, 3, 0, 1, 2, true>("m64_half8_oload", tiles, launches, in, sms, smem_cap);
   run<64, 288, 256, 16, 288, 64, 64, true, 16, 4, 4>("m64_half4_load_n16", tiles, launches, in, sms, smem_cap);
+  run<64, 288, 256, 32, 288, 64, 64, true, 32, 3, 4, 1, 1, false, kBal>("m64_half_bal_load", tiles, launches, in,
+                                                                       sms, smem_cap);
+  run<64, 288, 256, 16, 288, 64, 64, true, 32, 3, 4, 1, 1, false, kLook2>("m64_half4_look2_load", tiles, launches, in,
+                                                                         sms, smem_cap);
+  run<64, 288, 256, 16, 288, 64, 64, true, 32, 3, 4, 1, 1, false, kLook3>("m64_half4_look3_load", tiles, launches, in,
+                                                                         sms, smem_cap);
+  run<64, 288, 256, 16, 288, 64, 64, true, 32, 3, 4, 2, 1, false, kLook2>("m64_half4_2ch_look2_load", tiles, launches,
+                                                                         in, sms, smem_cap);
+  run<64, 288, 256, 16, 288, 64, 64, true, 32, 3, 4, 2, 1, false, kLook3>("m64_half4_2ch_look3_load", tiles, launches,
+                                                                         in, sms, smem_cap);
+  run<64, 288, 256, 16, 288, 64, 64, true, 32, 3, 4, 2, 1, false, kLook3 | kProf>("m64_half4_2ch_look3_load_prof",
+                                                                                 tiles, launches, in, sms, smem_cap);
+  run<64, 288, 256, 16, 288, 64, 64, true, 32, 3, 4, 1, 1, false, kProf>("m64_half4_load_prof", tiles, launches, in,
+                                                                        sms, smem_cap);
+  run<64, 288, 256, 32, 288, 64, 64, true, 32, 3, 4, 1, 1, false, kBal | kProf>("m64_half_bal_load_prof", tiles,
+                                                                               launches, in, sms, smem_cap);
   const cudaError_t err = cudaDeviceSynchronize();
   return err == cudaSuccess ? 0 : 1;
 }
