@@ -113,26 +113,15 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_kernel(const Ker
     }
     const DT* gk = static_cast<const DT*>(p.k);
     const DT* gv = static_cast<const DT*>(p.v);
-    for (int i = 0; i < visits; ++i) {
-      const int st = i % STAGES;
-      int64_t k_off = 0, v_off = 0;
-      const bool ok = KvTileRows<Loader>{loader, (rt.tile_begin + i) * N, rt.kv_len, &s_bad_kv}(
-          lt / kTpr, &k_off, &v_off);
-      if (i >= STAGES) mbar_wait(empty + st, static_cast<uint32_t>((i / STAGES) & 1) ^ 1u);
-      copy_rows_async<N, 32 * LW, D, KS, D, KS, true>(
-          sK + st * N * KS, sV + st * N * KS, gk, gv,
-          [&](int, int64_t* ko, int64_t* vo) {
-            *ko = k_off;
-            *vo = v_off;
-            return ok;
-          },
-          lt);
-      sm90::cp_async_arrive_noinc(full + st);
-    }
-    // These copies complete on `full`, never on a commit group: commit them so
-    // that cp.async.wait_group waits for them before the thread exits.
-    cp_async_commit();
-    cp_async_wait<0>();
+    load_role_ring<STAGES>(
+        visits, full, empty,
+        [&](int i) {
+          return ResolvedRow::of(KvTileRows<Loader>{loader, (rt.tile_begin + i) * N, rt.kv_len, &s_bad_kv},
+                                 lt / kTpr);
+        },
+        [&](const ResolvedRow& r, int st) {
+          copy_rows_async<N, 32 * LW, D, KS, D, KS, true>(sK + st * N * KS, sV + st * N * KS, gk, gv, r, lt);
+        });
     sm90::named_barrier_arrive(kDone, Shape::kThreads);
     return;
   }

@@ -11,33 +11,39 @@
 // [512 + 32 c, 512 + 32 c + 32), which is exactly the part of Q K^T whose
 // value columns its P V needs: only the partial scores cross CTAs.
 //
-// Per KV tile (visit i, stage i % STAGES, P and exchange buffer b = i % 2):
-//   load warps  wait until the stage is free, gather the CTA's 288 dims of
-//               its N rows (zero rows past kv_len or at a bad index, which is
-//               flagged), their copies completing on the stage's `full`; an
-//               fp8 cache's rows read into registers before the wait and
-//               converted into the stage (KvFp8, kernels/plan.h);
+// Per KV tile (visit i, stage i % STAGES, P buffer b = i % 2):
+//   load warps  resolve their row of the tile (a paged cache's kv_indices
+//               load), wait until the stage is free, gather the CTA's 288
+//               dims of its N rows (zero rows past kv_len or at a bad index,
+//               which is flagged), their copies completing on the stage's
+//               `full`; an fp8 cache's rows read into registers before the
+//               wait and converted into the stage (KvFp8, kernels/plan.h);
 //   S warps     wait `full`, S_c = Q_c K_c^T (16 rows x N per warp, Q_c in
-//               registers), release the stage for their part, send S_c into
-//               the partner's exchange buffer b (st.async, whose bytes
-//               complete the partner's xfull[b][warp]), wait for the
-//               partner's half on the local xfull[b][warp] and add it: both
-//               CTAs add the same two halves (fp32 addition commutes), so
-//               both hold the same scores and run the same softmax. Then
-//               scale and mask and the online softmax; P (bf16) and the rows'
-//               rescale factors stay in registers until the next visit's
-//               Q K^T is issued, then go to P buffer b once the O warps are
-//               done with its P of two visits before, and all arrive on
-//               FULL_P. So the O warps' P V of visit i issues while the S
-//               warps exchange and run the softmax of visit i + 1, which
-//               issue no MMA, rather than beside their Q K^T, where both
-//               roles would wait for the same tensor pipe;
+//               registers), release the stage for their part; then publish
+//               P of visit i - 2 (below); receive the partner CTA's half of
+//               visit i - 1 (sent a whole Q K^T ago, so it has landed) on
+//               xfull[warp], add it to this warp's half (fp32 addition
+//               commutes: both CTAs hold the same scores and run the same
+//               softmax), acknowledge it, mask, and run visit i - 1's online
+//               softmax, whose P (bf16 pairs) and rescale factors stay in
+//               registers; finally send this visit's half into the partner's
+//               exchange buffer (st.async, whose bytes complete the partner's
+//               xfull[warp]) once the partner acknowledged the last one.
+//               P of visit i goes to P buffer b after visit i + 2's Q K^T,
+//               once the O warps are done with that buffer's previous P, and
+//               all arrive on FULL_P: the O warps' P V then issues while the
+//               S warps exchange and run a softmax, which issue no MMA,
+//               rather than beside their Q K^T on the same tensor pipe, and
+//               no S warp waits for the partner's half of the visit it has
+//               just computed;
 //   O warps     wait FULL_P, rescale O, O += P V (V: the stage's 256 value
 //               columns), release the stage and P.
-// Exchange buffer b of warp w is rewritten by the partner at visit i + 2 only
-// after the partner has received this CTA's half of visit i + 1, which this
-// warp sends after it has read buffer b at visit i: double buffering with one
-// phase per use needs no "empty" signal across the cluster.
+// A stage is read by the S warps at visit i and by the O warps two visits
+// later: four stages keep one free for the load warps' next tile.
+// The exchange buffer of warp w is single: the partner writes its next half
+// only after this warp acknowledged the last (a 4-byte st.async onto the
+// partner's xack[w] whose value comes from what was read, so it issues after
+// the reads).
 // After the loop the rows' running max and sum go to shared memory and the O
 // warps normalize and store the CTA's 256 value columns of O (or the split's
 // partial O; rank 0 writes the lse). Every thread arrives on a cluster
@@ -85,7 +91,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
   constexpr int OC = Shape::kOCols; // value columns per O warp
   constexpr int NTO = OC / 8;       // n8 output tiles per O warp
   constexpr int MT = M / 16;        // m16 row tiles per O warp
-  constexpr int XB = kS * NT * 32 * 4;  // floats of one exchange buffer
+  constexpr int XB = kS * NT * 32 * 4;  // floats of the exchange buffers
   static_assert(M == 64 && kS == 4 && kO == 4 && Shape::kLoadWarps == 4 && CX == 2 && NT % 2 == 0 &&
                     NTO % 2 == 0 && Shape::kXFloats == NT * 4,
                 "the roles below assume this shape");
@@ -100,11 +106,13 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
   DT* sK = reinterpret_cast<DT*>(smem);
   DT* sP = reinterpret_cast<DT*>(smem + Shape::kKBytes);
   float* sAlpha = reinterpret_cast<float*>(smem + Shape::kKBytes + Shape::kPBytes);  // [2][M]
-  float* sX = sAlpha + 2 * M;                       // [2][kS][NT][32 lanes][4]: the partner's partial S
-  float* sStat = sX + 2 * XB;                       // [2][M]: max, sum
-  uint64_t* full = reinterpret_cast<uint64_t*>(sStat + 2 * M);  // [STAGES]
+  float* sX = sAlpha + 2 * M;                       // [kS][NT][32 lanes][4]: the partner's partial S
+  float* sStat = sX + XB;                           // [2][M]: max, sum
+  uint32_t* sAck = reinterpret_cast<uint32_t*>(sStat + 2 * M);  // [kS]: where the partner's acknowledgements land
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Shape::kSmemBytes - Shape::kBarBytes);  // [STAGES]
   uint64_t* empty = full + STAGES;                                // [STAGES]
-  uint64_t* xfull = empty + STAGES;                               // [2][kS]: the partner's half landed
+  uint64_t* xfull = empty + STAGES;                               // [kS]: the partner's half landed
+  uint64_t* xack = xfull + kS;                                    // [kS]: the partner read this warp's last half
   __shared__ int s_bad_kv;  // a KV row of this CTA had a bad index: its rows become NaN
   __shared__ RequestTile s_rt;
 
@@ -113,7 +121,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
   // Both CTAs decide alike (same coordinates, same inputs): both return here or neither.
   if (!role_prologue<Shape, DT, Loader>(p, &s_rt, &s_bad_kv, full, empty, 32 * Shape::kLoadWarps, kS + kO)) return;
   if (tid == 0) {
-    // One arrival (the local warp's expect_tx) and the partner's bytes per phase.
+    // xfull and xack: one arrival (the local warp's expect_tx) and the partner's bytes per phase.
     for (int i = 0; i < 2 * kS; ++i) sm90::mbar_init(xfull + i, 1);
     sm90::mbar_init_fence();
   }
@@ -164,12 +172,20 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
             *reinterpret_cast<uint4*>(srow + DVH + 8 * sub) = e4m3x8_to<DT>(f.rope);
           });
     } else {
+      // One row per kTpr threads: its offset resolved (a paged cache's
+      // kv_indices load) before the stage's wait.
+      constexpr int kTpr = 32 * Shape::kLoadWarps / N;
+      static_assert(kTpr * N == 32 * Shape::kLoadWarps, "one row per kTpr load threads");
       const DT* gk = static_cast<const DT*>(p.k);
-      load_role_ring<STAGES>(visits, full, empty, [&](int i, int st) {
-        copy_rows_2range_async<N, 32 * Shape::kLoadWarps, DVH, DR, KS>(
-            sK + st * N * KS, gk, DVH * c, DV + DR * c,
-            KvTileRows<Loader>{loader, (tile_begin + i) * N, kv_len, &s_bad_kv}, lt);
-      });
+      load_role_ring<STAGES>(
+          visits, full, empty,
+          [&](int i) {
+            return ResolvedRow::of(KvTileRows<Loader>{loader, (tile_begin + i) * N, kv_len, &s_bad_kv}, lt / kTpr);
+          },
+          [&](const ResolvedRow& r, int st) {
+            copy_rows_2range_async<N, 32 * Shape::kLoadWarps, DVH, DR, KS>(sK + st * N * KS, gk, DVH * c,
+                                                                          DV + DR * c, r, lt);
+          });
     }
     named_barrier_arrive(kDone, Shape::kThreads);
     cluster::barrier_arrive_relaxed();
@@ -217,71 +233,97 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
     float* x_mine = sX + (warp * NT * 32 + lane) * 4;
     const uint32_t x_theirs = cluster::map_rank(x_mine, c ^ 1u);
     const uint32_t xbar_theirs = cluster::map_rank(xfull + warp, c ^ 1u);
-    // P of the previous visit (DT pairs) and its rows' factors: published
-    // after this visit's Q K^T (above).
+    // P of the last visit whose softmax ran (DT pairs) and its rows' factors.
     uint32_t p_prev[NT][2];
     float alpha_prev[2];
+    const uint32_t ack_theirs = cluster::map_rank(sAck + warp, c ^ 1u);
+    const uint32_t xack_theirs = cluster::map_rank(xack + warp, c ^ 1u);
+    float s_prev[NT][4];  // this warp's half of visit i - 1, sent
+    // Visit v's scores (s_prev: this warp's half) completed with the
+    // partner's (acknowledged when `ack`: the partner sends another), masked,
+    // the softmax, P packed into p_prev.
+    auto finish_visit = [&](int v, bool ack) {
+      if (lane == 0) cluster::mbar_arrive_expect_tx(xfull + warp, Shape::kXWarpBytes);
+      mbar_wait(xfull + warp, static_cast<uint32_t>(v & 1));
+      uint32_t dep = 0;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const float4 x = *reinterpret_cast<const float4*>(x_mine + j * 128);
+        s_prev[j][0] += x.x;
+        s_prev[j][1] += x.y;
+        s_prev[j][2] += x.z;
+        s_prev[j][3] += x.w;
+        dep ^= __float_as_uint(x.w);
+      }
+      // The acknowledgement carries a value of what was read, so it issues
+      // only after the reads: the partner's next half cannot overwrite them.
+      if (ack && lane == 0) cluster::st_async_b32(ack_theirs, dep, xack_theirs);
+      const int j0 = (tile_begin + v) * N;
+      float mx[2];
+      scale_mask_row_max<NT>(s_prev, rmask, rows, j0, N, 0, t4, p.scale_log2, mx);
+      float alpha[2];
+      softmax_tile<NT>(s_prev, sm, mx, p.scale_log2, alpha);
+      pack_p<NT, DT>(s_prev, p_prev);
+      alpha_prev[0] = alpha[0];
+      alpha_prev[1] = alpha[1];
+    };
     for (int i = 0; i < visits; ++i) {
-      const int st = i % STAGES, b = i & 1;
+      const int st = i % STAGES;
       mbar_wait(full + st, static_cast<uint32_t>((i / STAGES) & 1));
       const DT* K = sK + st * N * KS;
       float s[NT][4];
 #pragma unroll
       for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-      // The next k-step's K fragments load while this one's MMAs issue.
-      uint32_t kf[2][NT / 2][4];
+      constexpr int LK = Shape::kKLook, KB = LK + 1;
+      uint32_t kf[KB][NT / 2][4];
 #pragma unroll
-      for (int pp = 0; pp < NT / 2; ++pp) ldmatrix_x4(kf[0][pp], K + (pp * 16 + krow) * KS + kcol);
+      for (int k0 = 0; k0 < LK; ++k0)
+#pragma unroll
+        for (int pp = 0; pp < NT / 2; ++pp) ldmatrix_x4(kf[k0][pp], K + (pp * 16 + krow) * KS + kcol + k0 * 16);
 #pragma unroll
       for (int kk = 0; kk < KT; ++kk) {
-        if (kk + 1 < KT) {
+        if (kk + LK < KT) {
 #pragma unroll
           for (int pp = 0; pp < NT / 2; ++pp)
-            ldmatrix_x4(kf[(kk + 1) & 1][pp], K + (pp * 16 + krow) * KS + kcol + (kk + 1) * 16);
+            ldmatrix_x4(kf[(kk + LK) % KB][pp], K + (pp * 16 + krow) * KS + kcol + (kk + LK) * 16);
         }
 #pragma unroll
         for (int pp = 0; pp < NT / 2; ++pp) {
-          mma_m16n8k16<DT>(s[2 * pp], q[kk], kf[kk & 1][pp][0], kf[kk & 1][pp][1]);
-          mma_m16n8k16<DT>(s[2 * pp + 1], q[kk], kf[kk & 1][pp][2], kf[kk & 1][pp][3]);
+          mma_m16n8k16<DT>(s[2 * pp], q[kk], kf[kk % KB][pp][0], kf[kk % KB][pp][1]);
+          mma_m16n8k16<DT>(s[2 * pp + 1], q[kk], kf[kk % KB][pp][2], kf[kk % KB][pp][3]);
         }
       }
       __syncwarp();
       if (lane == 0) mbar_arrive(empty + st);  // this warp's reads of the stage are done
-      if (i > 0)
-        publish_p_packed<NT, PS>(p_prev, alpha_prev, p_store + (b ^ 1) * M * PS, sAlpha + (b ^ 1) * M + warp * 16, g,
-                                 t4, true, b ^ 1, kFullP, kEmptyP, CT);
-
-      // ---- exchange the partial scores with the partner CTA's warp of the same rows ----
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-        cluster::st_async_v4(x_theirs + static_cast<uint32_t>((b * XB + j * 128) * 4), s[j],
-                             xbar_theirs + static_cast<uint32_t>(b * kS * 8));
-      uint64_t* xbar = xfull + b * kS + warp;
-      if (lane == 0) cluster::mbar_arrive_expect_tx(xbar, Shape::kXWarpBytes);
-      mbar_wait(xbar, static_cast<uint32_t>((i >> 1) & 1));
+      if (i >= 2) {
+        const int b = i & 1;  // visit i - 2's buffer
+        publish_p_packed<NT, PS>(p_prev, alpha_prev, p_store + b * M * PS, sAlpha + b * M + warp * 16, g, t4,
+                                 true, b, kFullP, kEmptyP, CT);
+      }
+      if (i >= 1) {
+        finish_visit(i - 1, true);
+        if (lane == 0) cluster::mbar_arrive_expect_tx(xack + warp, 4);
+        mbar_wait(xack + warp, static_cast<uint32_t>((i - 1) & 1));  // the partner read visit i - 1's half
+      }
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
-        const float4 x = *reinterpret_cast<const float4*>(x_mine + b * XB + j * 128);
-        s[j][0] += x.x;
-        s[j][1] += x.y;
-        s[j][2] += x.z;
-        s[j][3] += x.w;
+        cluster::st_async_v4(x_theirs + static_cast<uint32_t>(j * 128 * 4), s[j], xbar_theirs);
+        s_prev[j][0] = s[j][0];
+        s_prev[j][1] = s[j][1];
+        s_prev[j][2] = s[j][2];
+        s_prev[j][3] = s[j][3];
       }
-
-      // ---- mask (draft / boundary tiles only), scaled row max ----
-      const int j0 = (tile_begin + i) * N;
-      float mx[2];
-      scale_mask_row_max<NT>(s, rmask, rows, j0, N, 0, t4, p.scale_log2, mx);
-      float alpha[2];
-      softmax_tile<NT>(s, sm, mx, p.scale_log2, alpha);
-      pack_p<NT, DT>(s, p_prev);
-      alpha_prev[0] = alpha[0];
-      alpha_prev[1] = alpha[1];
     }
-    if (visits > 0) {
+    if (visits >= 2) {
+      const int b = visits & 1;  // visit visits - 2's buffer
+      publish_p_packed<NT, PS>(p_prev, alpha_prev, p_store + b * M * PS, sAlpha + b * M + warp * 16, g, t4, true,
+                               b, kFullP, kEmptyP, CT);
+    }
+    if (visits >= 1) {
+      finish_visit(visits - 1, false);
       const int b = (visits - 1) & 1;
-      publish_p_packed<NT, PS>(p_prev, alpha_prev, p_store + b * M * PS, sAlpha + b * M + warp * 16, g, t4, true, b,
-                               kFullP, kEmptyP, CT);
+      publish_p_packed<NT, PS>(p_prev, alpha_prev, p_store + b * M * PS, sAlpha + b * M + warp * 16, g, t4, true,
+                               b, kFullP, kEmptyP, CT);
     }
     // The partner's last half has landed: nothing more is written into this
     // CTA's shared memory from outside.

@@ -186,20 +186,24 @@ struct TileShapeSplitMla {
 //     into a ring of STAGES stages ("full" / "empty" mbarriers);
 //   4 S warps (16 rows x 288 dims each, Q in registers) compute the partial
 //     S, send it into the partner CTA's exchange buffer (st.async, counted in
-//     bytes on the partner's mbarrier), add the partner's half (both CTAs add
-//     the same two halves, so both hold the same scores), mask, run the
-//     online softmax for all 64 rows and write P (bf16) and the rows' rescale
-//     factors for the local O warps;
+//     bytes on the partner's mbarrier), add the partner's half one visit later
+//     (both CTAs add the same two halves, so both hold the same scores), mask,
+//     run the online softmax for all 64 rows and write P (bf16) and the rows'
+//     rescale factors for the local O warps two visits later;
 //   4 O warps (64 rows x 64 of the CTA's 256 value columns) keep O in
 //     registers and add P V from the stage's value part.
 // Each K byte an SM reads feeds 64 rows (mla_split_m32n32: 32), and a CTA
 // holds half of 64 rows' Q and O in registers.
+// A stage is read by the S warps at visit i and by the O warps at visit i + 2
+// (kernels/mla_cluster_kernel.cuh): four stages leave one to the load warps.
 // Shared memory: K [STAGES][N][288 + 8], P [2][64][N + 8], rescale [2][64],
-// received partial scores [2 buffers][4 warps][N / 8][32 lanes][4] fp32, final
-// row max / sum [2][64], mbarriers (2 x STAGES + 2 x 4): 84,592 bytes at N = 32,
-// 3 stages, within sm_120's 101,376.
-template <int N_, int STAGES_>
+// received partial scores [4 warps][N / 8][32 lanes][4] fp32, final row max /
+// sum [2][64], the partner's acknowledgements [4], mbarriers (2 x STAGES +
+// 2 x 4): 95,376 bytes at N = 32, 4 stages, within sm_120's 101,376.
+// LOOK: k-steps between a K fragment's ldmatrix and its MMAs in Q K^T.
+template <int N_, int STAGES_, int LOOK>
 struct TileShapeClusterMla {
+  static constexpr int kKLook = LOOK;
   static constexpr bool kWgmma = false;
   static constexpr bool kSplitRoles = true;
   static constexpr bool kRowsGrid = false;
@@ -229,11 +233,12 @@ struct TileShapeClusterMla {
   static constexpr int kKBytes = kStages * kN * kKStride * 2;
   static constexpr int kPBytes = 2 * kM * kPStride * 2;
   static constexpr int kAlphaBytes = 2 * kM * 4;
-  static constexpr int kXBytes = 2 * kSWarps * kXWarpBytes;
+  static constexpr int kXBytes = kSWarps * kXWarpBytes;
   static constexpr int kStatBytes = 2 * kM * 4;
+  static constexpr int kAckBytes = 16;  // a word per S warp: where the partner's acknowledgements land
   static constexpr int kBarBytes = (2 * kStages + 2 * kSWarps) * 8;
-  static constexpr int kSmemBytes = kKBytes + kPBytes + kAlphaBytes + kXBytes + kStatBytes + kBarBytes;
-  static_assert(kN % 16 == 0 && kStages >= 2, "tile");
+  static constexpr int kSmemBytes = kKBytes + kPBytes + kAlphaBytes + kXBytes + kStatBytes + kAckBytes + kBarBytes;
+  static_assert(kN % 16 == 0 && kStages >= 4, "tile; a stage free while the S and O warps hold three");
   static_assert(kM == 16 * kSWarps, "an S warp per 16 rows");
   static_assert((kKBytes + kPBytes + kAlphaBytes) % 16 == 0, "the exchange buffers take 16-byte stores");
 };
@@ -395,8 +400,8 @@ template <> struct ConfigShape<kCfgMlaSplitM32N32> { using type = TileShapeSplit
 // 69,664 bytes at D128 (sm_120: one CTA per SM), 36,896 at D64.
 template <> struct ConfigShape<kCfgGqa64Roles> { using type = TileShapeRolesGqa<64, 8, 64, 2, 4>; };
 template <> struct ConfigShape<kCfgGqa128Roles> { using type = TileShapeRolesGqa<128, 8, 64, 2, 4>; };
-// Three stages of the CTA's 288-dim half of 32-row K tiles: 84,592 bytes.
-template <> struct ConfigShape<kCfgMlaClusterM64N32> { using type = TileShapeClusterMla<32, 3>; };
+// Four stages of the CTA's 288-dim half of 32-row K tiles: 95,376 bytes.
+template <> struct ConfigShape<kCfgMlaClusterM64N32> { using type = TileShapeClusterMla<32, 4, 1>; };
 // 8 consumer warps of 32 rows (256 folded rows per CTA) and a load warpgroup,
 // one K and one V buffer of 64 rows: 100,384 bytes at D128, 51,232 at D64.
 // Planned from 256 rows per KV head where its splits keep kMinR32Tiles KV tiles

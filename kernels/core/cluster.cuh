@@ -51,6 +51,14 @@ __device__ __forceinline__ void st_async_v4(uint32_t dst, const float (&v)[4], u
       : "memory");
 }
 
+// 4 bytes (v) to shared::cluster address `dst`, counted as 4 transaction
+// bytes on the mbarrier at `bar` (same CTA as dst).
+__device__ __forceinline__ void st_async_b32(uint32_t dst, uint32_t v, uint32_t bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::"r"(dst), "r"(v),
+               "r"(bar)
+               : "memory");
+}
+
 // One arrival on the local mbarrier `bar` that also expects `bytes` more
 // transaction bytes in the current phase (they may have landed already: the
 // count goes negative until this arrival; the phase completes when both the

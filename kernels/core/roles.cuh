@@ -55,17 +55,21 @@ __device__ __forceinline__ bool role_prologue(const KernelParams& p, RequestTile
 
 // A load warp's ring over the CTA's `visits` KV tiles: tile i goes to stage
 // i % STAGES once the readers released its previous use (`empty`), and the
-// thread's copies of it (copy_tile(i, stage), cp.async) complete on the
-// stage's `full` mbarrier (cp.async.mbarrier.arrive.noinc). The copies are
-// never committed as a group, so cp.async.wait_group would not wait for them:
-// they are committed and waited for at the end, so that nothing of the thread
-// is in flight when it exits.
-template <int STAGES, class CopyTile>
-__device__ __forceinline__ void load_role_ring(int visits, uint64_t* full, uint64_t* empty, CopyTile copy_tile) {
+// thread's copies of it (cp.async) complete on the stage's `full` mbarrier
+// (cp.async.mbarrier.arrive.noinc). resolve(i) gives the thread's part of
+// tile i's addresses (a paged cache's kv_indices loads) before the stage's
+// wait, so that their latency overlaps it; copy(resolved, stage) issues the
+// copies. The copies are never committed as a group, so cp.async.wait_group
+// would not wait for them: they are committed and waited for at the end, so
+// that nothing of the thread is in flight when it exits.
+template <int STAGES, class Resolve, class Copy>
+__device__ __forceinline__ void load_role_ring(int visits, uint64_t* full, uint64_t* empty, Resolve resolve,
+                                               Copy copy) {
   for (int i = 0; i < visits; ++i) {
     const int st = i % STAGES;
+    const auto resolved = resolve(i);
     if (i >= STAGES) sm90::mbar_wait(empty + st, static_cast<uint32_t>((i / STAGES) & 1) ^ 1u);
-    copy_tile(i, st);
+    copy(resolved, st);
     sm90::cp_async_arrive_noinc(full + st);
   }
   cp_async_commit();

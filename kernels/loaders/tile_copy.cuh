@@ -87,6 +87,25 @@ struct KvTileRows {
   }
 };
 
+// One row of a tile resolved ahead of its copies (load_role_ring,
+// kernels/core/roles.cuh: before the stage's wait), as copy_rows_async's row
+// function for a thread that copies that row only.
+struct ResolvedRow {
+  int64_t k_off, v_off;
+  bool ok;
+  template <class RowFn>
+  static __device__ __forceinline__ ResolvedRow of(const RowFn& row_fn, int r) {
+    ResolvedRow rr{0, 0, false};
+    rr.ok = row_fn(r, &rr.k_off, &rr.v_off);
+    return rr;
+  }
+  __device__ __forceinline__ bool operator()(int, int64_t* k_off, int64_t* v_off) const {
+    *k_off = this->k_off;
+    *v_off = this->v_off;
+    return ok;
+  }
+};
+
 }  // namespace verify_attn
 
 #endif  // VERIFY_ATTN_LOADERS_TILE_COPY_CUH_
