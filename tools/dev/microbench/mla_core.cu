@@ -44,6 +44,10 @@
 //              144 dims (each K fragment feeds two m16 tiles: 128 B per mma in
 //              Q K^T instead of 256), the pair's partial scores crossing through
 //              shared memory; both warps of a pair run the softmax of its 32 rows
+//   m64_half_bal  m64_half's 2 S warps of 32 rows alone on schedulers 0 and 1, the O
+//              warps two each on schedulers 2 and 3 (kBal)
+//   *_look2 / *_look3  the S warps' K fragments 2 / 3 k-steps ahead of their MMAs
+//   *_prof     the same with the S and O warps' cycles per tile by phase (kProf)
 //   *_load     the same fed by 4 load warps (a whole warpgroup: setmaxnreg is per warpgroup) from a
 //              37.7 MB pool of 576-wide rows at random slots: 32-row tiles in 2 or 3
 //              stages, or 16-row tiles in 4 (what fits 101,376 bytes)
