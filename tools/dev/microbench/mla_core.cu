@@ -587,8 +587,6 @@ int main(int argc, char** argv) {
                                                                                  tiles, launches, in, sms, smem_cap);
   run<64, 288, 256, 16, 288, 64, 64, true, 32, 3, 4, 1, 1, false, kProf>("m64_half4_load_prof", tiles, launches, in,
                                                                         sms, smem_cap);
-  run<64, 288, 256, 32, 288, 64, 64, true, 32, 3, 4, 1, 1, false, kBal | kProf>("m64_half_bal_load_prof", tiles,
-                                                                               launches, in, sms, smem_cap);
   const cudaError_t err = cudaDeviceSynchronize();
   return err == cudaSuccess ? 0 : 1;
 }
