@@ -274,23 +274,21 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
       float s[NT][4];
 #pragma unroll
       for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-      constexpr int LK = Shape::kKLook, KB = LK + 1;
-      uint32_t kf[KB][NT / 2][4];
+      // The next k-step's K fragments load while this one's MMAs issue.
+      uint32_t kf[2][NT / 2][4];
 #pragma unroll
-      for (int k0 = 0; k0 < LK; ++k0)
-#pragma unroll
-        for (int pp = 0; pp < NT / 2; ++pp) ldmatrix_x4(kf[k0][pp], K + (pp * 16 + krow) * KS + kcol + k0 * 16);
+      for (int pp = 0; pp < NT / 2; ++pp) ldmatrix_x4(kf[0][pp], K + (pp * 16 + krow) * KS + kcol);
 #pragma unroll
       for (int kk = 0; kk < KT; ++kk) {
-        if (kk + LK < KT) {
+        if (kk + 1 < KT) {
 #pragma unroll
           for (int pp = 0; pp < NT / 2; ++pp)
-            ldmatrix_x4(kf[(kk + LK) % KB][pp], K + (pp * 16 + krow) * KS + kcol + (kk + LK) * 16);
+            ldmatrix_x4(kf[(kk + 1) & 1][pp], K + (pp * 16 + krow) * KS + kcol + (kk + 1) * 16);
         }
 #pragma unroll
         for (int pp = 0; pp < NT / 2; ++pp) {
-          mma_m16n8k16<DT>(s[2 * pp], q[kk], kf[kk % KB][pp][0], kf[kk % KB][pp][1]);
-          mma_m16n8k16<DT>(s[2 * pp + 1], q[kk], kf[kk % KB][pp][2], kf[kk % KB][pp][3]);
+          mma_m16n8k16<DT>(s[2 * pp], q[kk], kf[kk & 1][pp][0], kf[kk & 1][pp][1]);
+          mma_m16n8k16<DT>(s[2 * pp + 1], q[kk], kf[kk & 1][pp][2], kf[kk & 1][pp][3]);
         }
       }
       __syncwarp();

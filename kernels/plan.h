@@ -200,10 +200,8 @@ struct TileShapeSplitMla {
 // received partial scores [4 warps][N / 8][32 lanes][4] fp32, final row max /
 // sum [2][64], the partner's acknowledgements [4], mbarriers (2 x STAGES +
 // 2 x 4): 95,376 bytes at N = 32, 4 stages, within sm_120's 101,376.
-// LOOK: k-steps between a K fragment's ldmatrix and its MMAs in Q K^T.
-template <int N_, int STAGES_, int LOOK>
+template <int N_, int STAGES_>
 struct TileShapeClusterMla {
-  static constexpr int kKLook = LOOK;
   static constexpr bool kWgmma = false;
   static constexpr bool kSplitRoles = true;
   static constexpr bool kRowsGrid = false;
@@ -401,7 +399,7 @@ template <> struct ConfigShape<kCfgMlaSplitM32N32> { using type = TileShapeSplit
 template <> struct ConfigShape<kCfgGqa64Roles> { using type = TileShapeRolesGqa<64, 8, 64, 2, 4>; };
 template <> struct ConfigShape<kCfgGqa128Roles> { using type = TileShapeRolesGqa<128, 8, 64, 2, 4>; };
 // Four stages of the CTA's 288-dim half of 32-row K tiles: 95,376 bytes.
-template <> struct ConfigShape<kCfgMlaClusterM64N32> { using type = TileShapeClusterMla<32, 4, 1>; };
+template <> struct ConfigShape<kCfgMlaClusterM64N32> { using type = TileShapeClusterMla<32, 4>; };
 // 8 consumer warps of 32 rows (256 folded rows per CTA) and a load warpgroup,
 // one K and one V buffer of 64 rows: 100,384 bytes at D128, 51,232 at D64.
 // Planned from 256 rows per KV head where its splits keep kMinR32Tiles KV tiles
