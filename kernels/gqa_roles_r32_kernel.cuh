@@ -154,25 +154,14 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_r32_kernel(const
     const DT* gv = static_cast<const DT*>(p.v);
     for (int i = 0; i < visits; ++i) {
       const uint32_t released = static_cast<uint32_t>(i & 1) ^ 1u;  // parity of tile i - 1's release
-      int64_t k_off = 0, v_off = 0;
-      const bool ok = KvTileRows<Loader>{loader, (rt.tile_begin + i) * N, rt.kv_len, &s_bad_kv}(row, &k_off, &v_off);
+      const ResolvedRow r =
+          ResolvedRow::of(KvTileRows<Loader>{loader, (rt.tile_begin + i) * N, rt.kv_len, &s_bad_kv}, row);
       if (i > 0) mbar_wait(empty + kK, released);
-      copy_rows_async<N, 32 * LW, D, KS, D, KS, false>(
-          sK, sK, gk, gk,
-          [&](int, int64_t* ko, int64_t*) {
-            *ko = k_off;
-            return ok;
-          },
-          lt);
+      copy_rows_async<N, 32 * LW, D, KS, D, KS, false>(sK, sK, gk, gk, r, lt);
       sm90::cp_async_arrive_noinc(full + kK);
       if (i > 0) mbar_wait(empty + kV, released);
-      copy_rows_async<N, 32 * LW, D, KS, D, KS, false>(  // V, through the K arguments
-          sV, sV, gv, gv,
-          [&](int, int64_t* vo, int64_t*) {
-            *vo = v_off;
-            return ok;
-          },
-          lt);
+      // V through the K arguments: its offset in the K slot.
+      copy_rows_async<N, 32 * LW, D, KS, D, KS, false>(sV, sV, gv, gv, ResolvedRow{r.v_off, 0, r.ok}, lt);
       sm90::cp_async_arrive_noinc(full + kV);
     }
     // These copies complete on `full`, never on a commit group: commit them so
