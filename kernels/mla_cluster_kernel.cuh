@@ -267,6 +267,12 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
       alpha_prev[0] = alpha[0];
       alpha_prev[1] = alpha[1];
     };
+    // p_prev (visit v's P) into P buffer v % 2.
+    auto publish = [&](int v) {
+      const int b = v & 1;
+      publish_p_packed<NT, PS>(p_prev, alpha_prev, p_store + b * M * PS, sAlpha + b * M + warp * 16, g, t4, true, b,
+                               kFullP, kEmptyP, CT);
+    };
     for (int i = 0; i < visits; ++i) {
       const int st = i % STAGES;
       mbar_wait(full + st, static_cast<uint32_t>((i / STAGES) & 1));
@@ -293,11 +299,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
       }
       __syncwarp();
       if (lane == 0) mbar_arrive(empty + st);  // this warp's reads of the stage are done
-      if (i >= 2) {
-        const int b = i & 1;  // visit i - 2's buffer
-        publish_p_packed<NT, PS>(p_prev, alpha_prev, p_store + b * M * PS, sAlpha + b * M + warp * 16, g, t4,
-                                 true, b, kFullP, kEmptyP, CT);
-      }
+      if (i >= 2) publish(i - 2);
       if (i >= 1) {
         finish_visit(i - 1, true);
         if (lane == 0) cluster::mbar_arrive_expect_tx(xack + warp, 4);
@@ -312,16 +314,10 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
         s_prev[j][3] = s[j][3];
       }
     }
-    if (visits >= 2) {
-      const int b = visits & 1;  // visit visits - 2's buffer
-      publish_p_packed<NT, PS>(p_prev, alpha_prev, p_store + b * M * PS, sAlpha + b * M + warp * 16, g, t4, true,
-                               b, kFullP, kEmptyP, CT);
-    }
+    if (visits >= 2) publish(visits - 2);
     if (visits >= 1) {
       finish_visit(visits - 1, false);
-      const int b = (visits - 1) & 1;
-      publish_p_packed<NT, PS>(p_prev, alpha_prev, p_store + b * M * PS, sAlpha + b * M + warp * 16, g, t4, true,
-                               b, kFullP, kEmptyP, CT);
+      publish(visits - 1);
     }
     // The partner's last half has landed: nothing more is written into this
     // CTA's shared memory from outside.
