@@ -159,11 +159,12 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
       convert_role_ring<STAGES>(
           visits, full, empty,
           [&](int i) {
-            int64_t off = 0, v_off = 0;
-            const bool ok = KvTileRows<Loader>{loader, (tile_begin + i) * N, kv_len, &s_bad_kv}(row, &off, &v_off);
+            const ResolvedRow r =
+                ResolvedRow::of(KvTileRows<Loader>{loader, (tile_begin + i) * N, kv_len, &s_bad_kv}, row);
             Fetched f;
-            f.vals.load(g8 + off + DVH * c, ok, sub);
-            f.rope = ok ? __ldg(reinterpret_cast<const uint2*>(g8 + off + DV + DR * c) + sub) : make_uint2(0u, 0u);
+            f.vals.load(g8 + r.k_off + DVH * c, r.ok, sub);
+            f.rope =
+                r.ok ? __ldg(reinterpret_cast<const uint2*>(g8 + r.k_off + DV + DR * c) + sub) : make_uint2(0u, 0u);
             return f;
           },
           [&](const Fetched& f, int st) {

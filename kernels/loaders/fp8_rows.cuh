@@ -19,6 +19,8 @@
 
 #include <type_traits>
 
+#include "kernels/loaders/tile_copy.cuh"
+
 namespace verify_attn {
 
 // Two e4m3 values (the low byte first) as two q-dtype elements (the first in
@@ -83,19 +85,18 @@ struct Fp8RowChunks {
 // One thread's part of a KV row pair from an fp8 cache: its chunks of row
 // `row` of a tile's K and of its V (TPR threads per row, head_dim D), read by
 // load() before the stage is free and stored by store() into the stage's K / V
-// rows. rows(row, &k_off, &v_off) -> bool is the tile's row function
-// (kernels/loaders/tile_copy.cuh, KvTileRows): element (= byte) offsets from
-// the caches, false for a zero row.
+// rows. rows is the tile's row function (kernels/loaders/tile_copy.cuh,
+// KvTileRows), resolved here (ResolvedRow): element (= byte) offsets from the
+// caches, or a zero row.
 template <int D, int TPR>
 struct Fp8KvRow {
   Fp8RowChunks<D / 16 / TPR, TPR> k, v;
 
   template <class Rows>
   __device__ __forceinline__ void load(const Rows& rows, int row, const void* gk, const void* gv, int sub) {
-    int64_t k_off = 0, v_off = 0;
-    const bool ok = rows(row, &k_off, &v_off);
-    k.load(static_cast<const uint8_t*>(gk) + k_off, ok, sub);
-    v.load(static_cast<const uint8_t*>(gv) + v_off, ok, sub);
+    const ResolvedRow r = ResolvedRow::of(rows, row);
+    k.load(static_cast<const uint8_t*>(gk) + r.k_off, r.ok, sub);
+    v.load(static_cast<const uint8_t*>(gv) + r.v_off, r.ok, sub);
   }
 
   template <typename DT>
