@@ -11,44 +11,44 @@
 // [512 + 32 c, 512 + 32 c + 32), which is exactly the part of Q K^T whose
 // value columns its P V needs: only the partial scores cross CTAs.
 //
-// Per KV tile (visit i, stage i % STAGES, P buffer b = i % 2):
+// Per KV tile (visit u, stage u % STAGES, S group and P buffer b = u % 2):
 //   load warps  resolve their row of the tile (a paged cache's kv_indices
 //               load), wait until the stage is free, gather the CTA's 288
 //               dims of its N rows (zero rows past kv_len or at a bad index,
 //               which is flagged), their copies completing on the stage's
 //               `full`; an fp8 cache's rows read into registers before the
 //               wait and converted into the stage (KvFp8, kernels/plan.h);
-//   S warps     wait `full`, S_c = Q_c K_c^T (16 rows x N per warp, Q_c in
-//               registers), release the stage for their part; then publish
-//               P of visit i - 2 (below); receive the partner CTA's half of
-//               visit i - 1 (sent a whole Q K^T ago, so it has landed) on
-//               xfull[warp], add it to this warp's half (fp32 addition
-//               commutes: both CTAs hold the same scores and run the same
-//               softmax), acknowledge it, mask, and run visit i - 1's online
-//               softmax, whose P (bf16 pairs) and rescale factors stay in
-//               registers; finally send this visit's half into the partner's
-//               exchange buffer (st.async, whose bytes complete the partner's
-//               xfull[warp]) once the partner acknowledged the last one.
-//               P of visit i goes to P buffer b after visit i + 2's Q K^T,
-//               once the O warps are done with that buffer's previous P, and
-//               all arrive on FULL_P: the O warps' P V then issues while the
-//               S warps exchange and run a softmax, which issue no MMA,
-//               rather than beside their Q K^T on the same tensor pipe, and
-//               no S warp waits for the partner's half of the visit it has
-//               just computed;
+//   S group b   (4 warps, 16 rows each; the two groups take alternate
+//               visits, so one group's exchange and softmax issue while the
+//               other's Q K^T runs on the same schedulers) waits `full`,
+//               S_c = Q_c K_c^T (Q_c in registers), releases the stage, sends
+//               this half into the partner CTA's exchange buffer (st.async,
+//               whose bytes complete the partner's xfull[b][warp]) once the
+//               partner acknowledged the visit before, receives the
+//               partner's half, adds it (fp32 addition commutes: both CTAs
+//               hold the same scores and run the same softmax) and
+//               acknowledges it, takes the rows' running max and sums from
+//               the other group's visit u - 1 (named barrier per 16-row
+//               slot), masks, runs the online softmax, leaves the state for
+//               visit u + 1 and writes P and the rows' rescale factors into
+//               P buffer b once the O warps are done with its last use;
 //   O warps     wait FULL_P, rescale O, O += P V (V: the stage's 256 value
 //               columns), release the stage and P.
-// A stage is read by the S warps at visit i and by the O warps two visits
-// later: four stages keep one free for the load warps' next tile.
-// The exchange buffer of warp w is single: the partner writes its next half
-// only after this warp acknowledged the last (a 4-byte st.async onto the
-// partner's xack[w] whose value comes from what was read, so it issues after
-// the reads).
-// After the loop the rows' running max and sum go to shared memory and the O
-// warps normalize and store the CTA's 256 value columns of O (or the split's
-// partial O; rank 0 writes the lse). Every thread arrives on a cluster
-// barrier when its part is done and waits on it before exiting, so no CTA
-// leaves while its partner can still write into it.
+// A stage is read by S group b at visit u and by the O warps after group b's
+// softmax, while the other group works on visit u + 1: four stages keep one
+// free for the load warps' next tile.
+// The exchange buffer of slot w is one for both groups: the partner writes
+// visit u + 1's half only after this CTA acknowledged visit u's (a 4-byte
+// st.async onto the partner's xack[(u + 1) % 2][w], whose value comes from
+// what was read, so it issues after the reads), so the halves arrive in visit
+// order, alternating groups; each group has its own xfull (phase u / 2) and
+// xack (phase (u - 1) / 2) per slot, so every barrier's phases follow one
+// warp's program order.
+// After the loop the group of the last visit leaves the rows' running max and
+// sum in shared memory and the O warps normalize and store the CTA's 256
+// value columns of O (or the split's partial O; rank 0 writes the lse). Every
+// thread arrives on a cluster barrier when its part is done and waits on it
+// before exiting, so no CTA leaves while its partner can still write into it.
 #ifndef VERIFY_ATTN_MLA_CLUSTER_KERNEL_CUH_
 #define VERIFY_ATTN_MLA_CLUSTER_KERNEL_CUH_
 
@@ -83,7 +83,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
   constexpr int DV = Shape::kDv, DH = Shape::kDqkHalf, DVH = Shape::kDvHalf, DR = Shape::kRopeHalf;
   constexpr int KS = Shape::kKStride, PS = Shape::kPStride;
   constexpr int CT = Shape::kComputeThreads;
-  constexpr int kS = Shape::kSWarps, kO = Shape::kOWarps;
+  constexpr int kS = Shape::kSWarps, kO = Shape::kOWarps, kG = Shape::kSGroups;
+  constexpr int kSAll = kS * kG;  // S warps of both groups: warps [0, kSAll)
   constexpr int CX = Shape::kClusterX;
   constexpr int NT = N / 8;         // n8 score tiles: every S warp covers the tile's N columns
   constexpr int KT = DH / 16;       // k16 steps of the CTA's 288 dims
@@ -92,15 +93,21 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
   constexpr int NTO = OC / 8;       // n8 output tiles per O warp
   constexpr int MT = M / 16;        // m16 row tiles per O warp
   constexpr int XB = kS * NT * 32 * 4;  // floats of the exchange buffers
-  static_assert(M == 64 && kS == 4 && kO == 4 && Shape::kLoadWarps == 4 && CX == 2 && NT % 2 == 0 &&
+  static_assert(M == 64 && kS == 4 && kG == 2 && kO == 4 && Shape::kLoadWarps == 4 && CX == 2 && NT % 2 == 0 &&
                     NTO % 2 == 0 && Shape::kXFloats == NT * 4,
                 "the roles below assume this shape");
-  // setmaxnreg 56 (load warpgroup) / 216 (S and O warpgroups) below: what the
-  // load warps give back must cover what the others take from the 65536 / 384
-  // -> 168 registers per thread the CTA enters with, else setmaxnreg.inc waits
-  // forever (tools/checks/cubin_archs_test.py checks the 168).
-  static_assert(32 * Shape::kLoadWarps * 56 + CT * 216 <= Shape::kThreads * 168, "setmaxnreg budget");
-  constexpr int kFullP = 1, kEmptyP = 3, kDone = 5;  // named barriers (0 is __syncthreads): [2], [2], [1]
+  // setmaxnreg (Shape::kLoadRegs / kSRegs / kORegs, a warpgroup each) below:
+  // what the load warps give back must cover what the others take from the
+  // 65536 / 512 = 128 registers per thread the CTA enters with, else
+  // setmaxnreg.inc waits forever (tools/checks/cubin_archs_test.py checks the 128).
+  static_assert(32 * (Shape::kLoadWarps * Shape::kLoadRegs + kSAll * Shape::kSRegs + kO * Shape::kORegs) <=
+                    (65536 / Shape::kThreads & ~7) * Shape::kThreads,
+                "setmaxnreg budget");
+  // Named barriers (0 is __syncthreads): full_p [2] and empty_p [2] (S group
+  // b and the O warps), done [1], and the rows' softmax state from group b to
+  // group 1 - b, per 16-row slot: chain [2][kS] (two warps each).
+  constexpr int kFullP = 1, kEmptyP = 3, kDone = 5, kChain = 6;
+  static_assert(kChain + kG * kS <= 16, "named barrier ids");
 
   extern __shared__ __align__(16) unsigned char smem[];
   DT* sK = reinterpret_cast<DT*>(smem);
@@ -108,11 +115,12 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
   float* sAlpha = reinterpret_cast<float*>(smem + Shape::kKBytes + Shape::kPBytes);  // [2][M]
   float* sX = sAlpha + 2 * M;                       // [kS][NT][32 lanes][4]: the partner's partial S
   float* sStat = sX + XB;                           // [2][M]: max, sum
-  uint32_t* sAck = reinterpret_cast<uint32_t*>(sStat + 2 * M);  // [kS]: where the partner's acknowledgements land
+  float4* sChain = reinterpret_cast<float4*>(sStat + 2 * M);  // [kS][32 lanes]: a lane's softmax state
+  uint32_t* sAck = reinterpret_cast<uint32_t*>(sChain + kS * 32);  // [kG][kS]: where the partner's acknowledgements land
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + Shape::kSmemBytes - Shape::kBarBytes);  // [STAGES]
   uint64_t* empty = full + STAGES;                                // [STAGES]
-  uint64_t* xfull = empty + STAGES;                               // [kS]: the partner's half landed
-  uint64_t* xack = xfull + kS;                                    // [kS]: the partner read this warp's last half
+  uint64_t* xfull = empty + STAGES;                               // [kG][kS]: the partner's half landed
+  uint64_t* xack = xfull + kG * kS;                               // [kG][kS]: the partner read the half before
   __shared__ int s_bad_kv;  // a KV row of this CTA had a bad index: its rows become NaN
   __shared__ RequestTile s_rt;
 
@@ -122,7 +130,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
   if (!role_prologue<Shape, DT, Loader>(p, &s_rt, &s_bad_kv, full, empty, 32 * Shape::kLoadWarps, kS + kO)) return;
   if (tid == 0) {
     // xfull and xack: one arrival (the local warp's expect_tx) and the partner's bytes per phase.
-    for (int i = 0; i < 2 * kS; ++i) sm90::mbar_init(xfull + i, 1);
+    for (int i = 0; i < 2 * kG * kS; ++i) sm90::mbar_init(xfull + i, 1);
     sm90::mbar_init_fence();
   }
   // Every mbarrier of both CTAs is initialised (fence.mbarrier_init.release.cluster
@@ -133,15 +141,15 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
   // Each role ends on its own (setmaxnreg gives the roles different register
   // budgets, so no code after the split is shared); the O warps store once the
   // load warps (s_bad_kv) and the S warps (row statistics) arrived on kDone.
-  if (warp >= kS + kO) {
+  if (warp >= kSAll + kO) {
     // ------------------------------------------------------------ load warps
-    sm90::regs_dealloc<56>();
+    sm90::regs_dealloc<Shape::kLoadRegs>();
     const int c = static_cast<int>(cluster::cta_rank());
     const RequestTile rt = s_rt;
     const CtaCoord cc = cta_coord<Shape::kRowsGrid, CX>(p);
     const Loader loader(p, cc.req, cc.hk);
     const int kv_len = rt.kv_len, tile_begin = rt.tile_begin, visits = rt.tile_end - rt.tile_begin;
-    const int lt = tid - CT;
+    const int lt = tid - 32 * (kSAll + kO);  // of the load warpgroup
     if constexpr (IsKvFp8<Shape>::value) {
       // An fp8 cache (kernels/loaders/fp8_rows.cuh): kTpr threads per row,
       // each with 16-byte chunks of the CTA's 256 value columns and 8 bytes
@@ -193,15 +201,15 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
     cluster::barrier_wait();
     return;
   }
-  if (warp < kS) {
+  if (warp < kSAll) {
     // ------------------------------------------------------------ S warps
-    sm90::regs_alloc<216>();
+    sm90::regs_alloc<Shape::kSRegs>();
     const uint32_t c = cluster::cta_rank();
     const RequestTile rt = s_rt;
     const int hk = cta_coord<Shape::kRowsGrid, CX>(p).hk;
-    const int row0 = rt.row0;
+    const int grp = warp / kS, w = warp % kS, other = grp ^ 1;
     const int tile_begin = rt.tile_begin, visits = rt.tile_end - rt.tile_begin;
-    // Q fragments (A operand) of rows g and g + 8 of the warp's 16 over the
+    // Q fragments (A operand) of rows g and g + 8 of slot w's 16 over the
     // CTA's 288 dims (k-steps 0-15: value columns 256 c.., 16-17: rope dims
     // 512 + 32 c..), straight from global memory once: zeros for rows past
     // the request.
@@ -210,7 +218,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
     const DT* gq = static_cast<const DT*>(p.q);
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int gr = row0 + warp * 16 + g + 8 * i;
+      const int gr = rt.row0 + w * 16 + g + 8 * i;
       rows[i] = row_mask(p, rt, gr);
       const DT* qrow = gq + (rows[i].valid ? q_row_offset(p, rt, hk, gr) : 0) + 2 * t4;
 #pragma unroll
@@ -227,56 +235,22 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
     sm[0].init();
     sm[1].init();
     const int krow = (lane & 7) + ((lane >> 4) << 3), kcol = ((lane >> 3) & 1) * 8;
-    DT* p_store = sP + (warp * 16 + g) * PS + 2 * t4;
-    // This lane's 16-byte slots of the warp's exchange buffer (n8 tile j at
+    DT* p_store = sP + grp * M * PS + (w * 16 + g) * PS + 2 * t4;
+    // This lane's 16-byte slots of slot w's exchange buffer (n8 tile j at
     // + j * 128 floats): read here, written by the partner at the same offsets
     // of its own shared memory.
-    float* x_mine = sX + (warp * NT * 32 + lane) * 4;
+    float* x_mine = sX + (w * NT * 32 + lane) * 4;
     const uint32_t x_theirs = cluster::map_rank(x_mine, c ^ 1u);
-    const uint32_t xbar_theirs = cluster::map_rank(xfull + warp, c ^ 1u);
-    // P of the last visit whose softmax ran (DT pairs) and its rows' factors.
-    uint32_t p_prev[NT][2];
-    float alpha_prev[2];
-    const uint32_t ack_theirs = cluster::map_rank(sAck + warp, c ^ 1u);
-    const uint32_t xack_theirs = cluster::map_rank(xack + warp, c ^ 1u);
-    float s_prev[NT][4];  // this warp's half of visit i - 1, sent
-    // Visit v's scores (s_prev: this warp's half) completed with the
-    // partner's (acknowledged when `ack`: the partner sends another), masked,
-    // the softmax, P packed into p_prev.
-    auto finish_visit = [&](int v, bool ack) {
-      if (lane == 0) cluster::mbar_arrive_expect_tx(xfull + warp, Shape::kXWarpBytes);
-      mbar_wait(xfull + warp, static_cast<uint32_t>(v & 1));
-      uint32_t dep = 0;
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        const float4 x = *reinterpret_cast<const float4*>(x_mine + j * 128);
-        s_prev[j][0] += x.x;
-        s_prev[j][1] += x.y;
-        s_prev[j][2] += x.z;
-        s_prev[j][3] += x.w;
-        dep ^= __float_as_uint(x.w);
-      }
-      // The acknowledgement carries a value of what was read, so it issues
-      // only after the reads: the partner's next half cannot overwrite them.
-      if (ack && lane == 0) cluster::st_async_b32(ack_theirs, dep, xack_theirs);
-      const int j0 = (tile_begin + v) * N;
-      float mx[2];
-      scale_mask_row_max<NT>(s_prev, rmask, rows, j0, N, 0, t4, p.scale_log2, mx);
-      float alpha[2];
-      softmax_tile<NT>(s_prev, sm, mx, p.scale_log2, alpha);
-      pack_p<NT, DT>(s_prev, p_prev);
-      alpha_prev[0] = alpha[0];
-      alpha_prev[1] = alpha[1];
-    };
-    // p_prev (visit v's P) into P buffer v % 2.
-    auto publish = [&](int v) {
-      const int b = v & 1;
-      publish_p_packed<NT, PS>(p_prev, alpha_prev, p_store + b * M * PS, sAlpha + b * M + warp * 16, g, t4, true, b,
-                               kFullP, kEmptyP, CT);
-    };
-    for (int i = 0; i < visits; ++i) {
-      const int st = i % STAGES;
-      mbar_wait(full + st, static_cast<uint32_t>((i / STAGES) & 1));
+    uint64_t* my_xfull = xfull + grp * kS + w;
+    uint64_t* my_xack = xack + grp * kS + w;
+    const uint32_t xfull_theirs = cluster::map_rank(my_xfull, c ^ 1u);
+    // Visit u's acknowledgement goes to the partner's sender of visit u + 1: the other group.
+    const uint32_t ack_theirs = cluster::map_rank(sAck + other * kS + w, c ^ 1u);
+    const uint32_t xack_theirs = cluster::map_rank(xack + other * kS + w, c ^ 1u);
+    float4* chain = sChain + w * 32 + lane;
+    for (int u = grp; u < visits; u += 2) {
+      const int st = u % STAGES;
+      mbar_wait(full + st, static_cast<uint32_t>((u / STAGES) & 1));
       const DT* K = sK + st * N * KS;
       float s[NT][4];
 #pragma unroll
@@ -300,42 +274,66 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
       }
       __syncwarp();
       if (lane == 0) mbar_arrive(empty + st);  // this warp's reads of the stage are done
-      if (i >= 2) publish(i - 2);
-      if (i >= 1) {
-        finish_visit(i - 1, true);
-        if (lane == 0) cluster::mbar_arrive_expect_tx(xack + warp, 4);
-        mbar_wait(xack + warp, static_cast<uint32_t>((i - 1) & 1));  // the partner read visit i - 1's half
+      if (u >= 1) {
+        if (lane == 0) cluster::mbar_arrive_expect_tx(my_xack, 4);
+        mbar_wait(my_xack, static_cast<uint32_t>(((u - 1) >> 1) & 1));  // the partner read visit u - 1's half
       }
 #pragma unroll
+      for (int j = 0; j < NT; ++j)
+        cluster::st_async_v4(x_theirs + static_cast<uint32_t>(j * 128 * 4), s[j], xfull_theirs);
+      if (lane == 0) cluster::mbar_arrive_expect_tx(my_xfull, Shape::kXWarpBytes);
+      mbar_wait(my_xfull, static_cast<uint32_t>((u >> 1) & 1));
+      uint32_t dep = 0;
+#pragma unroll
       for (int j = 0; j < NT; ++j) {
-        cluster::st_async_v4(x_theirs + static_cast<uint32_t>(j * 128 * 4), s[j], xbar_theirs);
-        s_prev[j][0] = s[j][0];
-        s_prev[j][1] = s[j][1];
-        s_prev[j][2] = s[j][2];
-        s_prev[j][3] = s[j][3];
+        const float4 x = *reinterpret_cast<const float4*>(x_mine + j * 128);
+        s[j][0] += x.x;
+        s[j][1] += x.y;
+        s[j][2] += x.z;
+        s[j][3] += x.w;
+        dep ^= __float_as_uint(x.w);
       }
+      // The acknowledgement carries a value of what was read, so it issues
+      // only after the reads: the partner's next half cannot overwrite them.
+      if (u + 1 < visits && lane == 0) cluster::st_async_b32(ack_theirs, dep, xack_theirs);
+      if (u >= 1) {
+        named_barrier_sync(kChain + other * kS + w, 64);  // the other group's visit u - 1 left the rows' state
+        const float4 prev = *chain;
+        sm[0].m = prev.x;
+        sm[0].l = prev.y;
+        sm[1].m = prev.z;
+        sm[1].l = prev.w;
+      }
+      float mx[2];
+      scale_mask_row_max<NT>(s, rmask, rows, (tile_begin + u) * N, N, 0, t4, p.scale_log2, mx);
+      float alpha[2];
+      softmax_tile<NT>(s, sm, mx, p.scale_log2, alpha);
+      if (u + 1 < visits) {
+        *chain = make_float4(sm[0].m, sm[0].l, sm[1].m, sm[1].l);
+        named_barrier_arrive(kChain + grp * kS + w, 64);
+      }
+      publish_p<NT, PS>(s, alpha, p_store, sAlpha + grp * M + w * 16, g, t4, true, grp, kFullP, kEmptyP, CT);
     }
-    if (visits >= 2) publish(visits - 2);
-    if (visits >= 1) {
-      finish_visit(visits - 1, false);
-      publish(visits - 1);
-    }
+    // The O warps released P buffer grp once more than this group published (at the start).
+    named_barrier_sync(kEmptyP + grp, CT);
     // The partner's last half has landed: nothing more is written into this
     // CTA's shared memory from outside.
     cluster::barrier_arrive_relaxed();
-    finish_s_role(sm, sStat, M, warp * 16, g, t4, true, visits, kEmptyP, CT);
+    // The group of the last visit (group 0 when there is none) holds the rows' final state.
+    const bool last = visits == 0 ? grp == 0 : ((visits - 1) & 1) == grp;
+    write_row_stats(sm, sStat, M, w * 16, g, t4, last);
     named_barrier_arrive(kDone, Shape::kThreads);
     cluster::barrier_wait();
     return;
   }
   // ------------------------------------------------------------ O warps
-  sm90::regs_alloc<216>();
+  sm90::regs_alloc<Shape::kORegs>();
   const RequestTile rt = s_rt;
   const CtaCoord cc = cta_coord<Shape::kRowsGrid, CX>(p);
   const int hk = cc.hk, split = blockIdx.z;  // cc.split, in every grid order
   const int q_start = rt.q_start, R = rt.R, row0 = rt.row0, G = p.group;
   const int visits = rt.tile_end - rt.tile_begin;
-  const int col0 = (warp - kS) * OC;  // of the CTA's 256 value columns
+  const int col0 = (warp - kSAll) * OC;  // of the CTA's 256 value columns
   float o[MT][NTO][4];                // the CTA's 64 rows x this warp's value columns
   o_role_loop<MT, NTO, N, STAGES, KS, PS>(o, sP, sK, sAlpha, full, empty, visits, col0, lane, kFullP, kEmptyP, CT);
   cluster::barrier_arrive_relaxed();
@@ -343,7 +341,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
   named_barrier_sync(kDone, Shape::kThreads);  // s_bad_kv and the row statistics are visible
   if (s_bad_kv) {
     // Both CTAs met the same rows (same indices): their O warps share the NaN rows.
-    write_nan_rows<Shape, DT>(p, q_start, R, row0, hk, split, c * 32 * kO + tid - 32 * kS, CX * 32 * kO);
+    write_nan_rows<Shape, DT>(p, q_start, R, row0, hk, split, c * 32 * kO + tid - 32 * kSAll, CX * 32 * kO);
     cluster::barrier_wait();
     return;
   }

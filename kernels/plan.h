@@ -184,22 +184,29 @@ struct TileShapeSplitMla {
 // partial scores do. Per CTA:
 //   4 load warps gather the CTA's 288 dims of each N-row tile with cp.async
 //     into a ring of STAGES stages ("full" / "empty" mbarriers);
-//   4 S warps (16 rows x 288 dims each, Q in registers) compute the partial
-//     S, send it into the partner CTA's exchange buffer (st.async, counted in
-//     bytes on the partner's mbarrier), add the partner's half one visit later
-//     (both CTAs add the same two halves, so both hold the same scores), mask,
-//     run the online softmax for all 64 rows and write P (bf16) and the rows'
-//     rescale factors for the local O warps two visits later;
+//   2 groups of 4 S warps (16 rows x 288 dims each, Q in registers) take
+//     alternate KV tiles: a group computes the partial S, sends it into the
+//     partner CTA's exchange buffer (st.async, counted in bytes on the
+//     partner's mbarrier), adds the partner's half (both CTAs add the same two
+//     halves, so both hold the same scores), masks, continues the rows'
+//     online softmax from the other group's last tile and writes P (bf16) and
+//     the rows' rescale factors for the O warps, while the other group's
+//     Q K^T runs on the same schedulers;
 //   4 O warps (64 rows x 64 of the CTA's 256 value columns) keep O in
 //     registers and add P V from the stage's value part.
 // Each K byte an SM reads feeds 64 rows (mla_split_m32n32: 32), and a CTA
-// holds half of 64 rows' Q and O in registers.
-// A stage is read by the S warps at visit i and by the O warps at visit i + 2
-// (kernels/mla_cluster_kernel.cuh): four stages leave one to the load warps.
+// holds half of 64 rows' Q and O in registers. 16 warps: the CTA enters with
+// 128 registers per thread and setmaxnreg gives the load warpgroup 48, the S
+// groups 144 and the O warps 176.
+// A stage is read by one S group at visit u and by the O warps after that
+// group's softmax, while the other group runs visit u + 1: four stages leave
+// one to the load warps.
 // Shared memory: K [STAGES][N][288 + 8], P [2][64][N + 8], rescale [2][64],
-// received partial scores [4 warps][N / 8][32 lanes][4] fp32, final row max /
-// sum [2][64], the partner's acknowledgements [4], mbarriers (2 x STAGES +
-// 2 x 4): 95,376 bytes at N = 32, 4 stages, within sm_120's 101,376.
+// received partial scores [4 slots][N / 8][32 lanes][4] fp32 (one buffer per
+// 16-row slot, the groups' halves arriving in turn), final row max / sum
+// [2][64], the softmax state between the groups [4 slots][32 lanes][4], the
+// partner's acknowledgements [2][4], mbarriers (2 x STAGES + 2 x 2 x 4):
+// 97,504 bytes at N = 32, 4 stages, within sm_120's 101,376.
 template <int N_, int STAGES_>
 struct TileShapeClusterMla {
   static constexpr bool kWgmma = false;
@@ -217,12 +224,17 @@ struct TileShapeClusterMla {
   static constexpr int kM = 64;
   static constexpr int kN = N_;
   static constexpr int kStages = STAGES_;
-  static constexpr int kSWarps = 4;
+  static constexpr int kSWarps = 4;             // per S warp group: 16 rows each
+  static constexpr int kSGroups = 2;            // S warp groups taking alternate visits
   static constexpr int kOWarps = 4;
   static constexpr int kLoadWarps = 4;
-  static constexpr int kWarps = kSWarps + kOWarps + kLoadWarps;
+  static constexpr int kWarps = kSWarps * kSGroups + kOWarps + kLoadWarps;
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kComputeThreads = 32 * (kSWarps + kOWarps);
+  // setmaxnreg budgets (a warpgroup each): load, S, O.
+  static constexpr int kLoadRegs = 48;
+  static constexpr int kSRegs = 144;
+  static constexpr int kORegs = 176;
+  static constexpr int kComputeThreads = 32 * (kSWarps + kOWarps);  // one S group and the O warps: P's barriers
   static constexpr int kOCols = kDvHalf / kOWarps;  // value columns per O warp
   static constexpr int kKStride = kDqkHalf + 8;     // elements: odd 16-byte chunks per row (ldmatrix)
   static constexpr int kPStride = kN + 8;
@@ -233,11 +245,15 @@ struct TileShapeClusterMla {
   static constexpr int kAlphaBytes = 2 * kM * 4;
   static constexpr int kXBytes = kSWarps * kXWarpBytes;
   static constexpr int kStatBytes = 2 * kM * 4;
-  static constexpr int kAckBytes = 16;  // a word per S warp: where the partner's acknowledgements land
-  static constexpr int kBarBytes = (2 * kStages + 2 * kSWarps) * 8;
-  static constexpr int kSmemBytes = kKBytes + kPBytes + kAlphaBytes + kXBytes + kStatBytes + kAckBytes + kBarBytes;
+  static constexpr int kChainBytes = kSWarps * 32 * 16;  // a lane's softmax state, group to group
+  static constexpr int kAckBytes = 4 * kSWarps * kSGroups;  // a word per S warp: where the partner's acknowledgements land
+  static constexpr int kBarBytes = (2 * kStages + 2 * kSWarps * kSGroups) * 8;
+  static constexpr int kSmemBytes =
+      kKBytes + kPBytes + kAlphaBytes + kXBytes + kStatBytes + kChainBytes + kAckBytes + kBarBytes;
   static_assert(kN % 16 == 0 && kStages >= 4, "tile; a stage free while the S and O warps hold three");
   static_assert(kM == 16 * kSWarps, "an S warp per 16 rows");
+  static_assert(32 * (kLoadWarps * kLoadRegs + kSWarps * kSGroups * kSRegs + kOWarps * kORegs) <= 65536,
+                "setmaxnreg budgets within the register file");
   static_assert((kKBytes + kPBytes + kAlphaBytes) % 16 == 0, "the exchange buffers take 16-byte stores");
 };
 
@@ -398,7 +414,7 @@ template <> struct ConfigShape<kCfgMlaSplitM32N32> { using type = TileShapeSplit
 // 69,664 bytes at D128 (sm_120: one CTA per SM), 36,896 at D64.
 template <> struct ConfigShape<kCfgGqa64Roles> { using type = TileShapeRolesGqa<64, 8, 64, 2, 4>; };
 template <> struct ConfigShape<kCfgGqa128Roles> { using type = TileShapeRolesGqa<128, 8, 64, 2, 4>; };
-// Four stages of the CTA's 288-dim half of 32-row K tiles: 95,376 bytes.
+// Four stages of the CTA's 288-dim half of 32-row K tiles: 97,504 bytes.
 template <> struct ConfigShape<kCfgMlaClusterM64N32> { using type = TileShapeClusterMla<32, 4>; };
 // 8 consumer warps of 32 rows (256 folded rows per CTA) and a load warpgroup,
 // one K and one V buffer of 64 rows: 100,384 bytes at D128, 51,232 at D64.

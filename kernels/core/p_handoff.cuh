@@ -5,11 +5,11 @@
 // warps wrote it) and empty_p + b (the O warps are done with it).
 //
 // publish_p: an S warp's 16 rows of P for visit i, written once the O warps
-// released buffer b (visit i - 2); publish_p_packed the same from P already
-// packed into DT pairs (pack_p), which the cluster kernel keeps in registers
-// through the next visit's Q K^T. finish_s_role: after the loop, an S warp
-// waits for the O warps' last two releases and leaves its rows' running max
-// and sum for the epilogue.
+// released buffer b (its last use). finish_s_role: after the loop, an S warp
+// of a kernel whose S warps publish every visit waits for the O warps' last
+// two releases and leaves its rows' running max and sum for the epilogue
+// (write_row_stats; the cluster kernel's two S groups each drain their own
+// buffer and the group of the last visit writes).
 //
 // o_role_loop: the O warps' KV loop. A warp owns all MT x 16 rows of the CTA
 // and NTO x 8 value columns from col0. Per KV tile (visit i, stage i % STAGES,
@@ -35,17 +35,17 @@ namespace verify_attn {
 // p_rows: row g of the warp's 16 rows in buffer b (row stride PS); alpha_rows:
 // the warp's 16 factors in buffer b. writer: whether this warp writes (of two
 // warps holding the same scores, one does); every S warp arrives on full_p + b.
-// pk: the thread's P fragments as DT pairs (pack_p), rows g and g + 8.
+// s: the thread's P fragments (rows g, g + 8), stored as DT pairs.
 template <int NT, int PS, typename DT>
-__device__ __forceinline__ void publish_p_packed(const uint32_t (&pk)[NT][2], const float (&alpha)[2], DT* p_rows,
-                                                 float* alpha_rows, int g, int t4, bool writer, int b, int full_p,
-                                                 int empty_p, int threads) {
-  sm90::named_barrier_sync(empty_p + b, threads);  // the O warps are done with P[b] of visit i - 2
+__device__ __forceinline__ void publish_p(const float (&s)[NT][4], const float (&alpha)[2], DT* p_rows,
+                                          float* alpha_rows, int g, int t4, bool writer, int b, int full_p,
+                                          int empty_p, int threads) {
+  sm90::named_barrier_sync(empty_p + b, threads);  // the O warps are done with P[b]'s last use
   if (writer) {
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-      *reinterpret_cast<uint32_t*>(p_rows + j * 8) = pk[j][0];
-      *reinterpret_cast<uint32_t*>(p_rows + 8 * PS + j * 8) = pk[j][1];
+      *reinterpret_cast<uint32_t*>(p_rows + j * 8) = DTypeTraits<DT>::pack(s[j][0], s[j][1]);
+      *reinterpret_cast<uint32_t*>(p_rows + 8 * PS + j * 8) = DTypeTraits<DT>::pack(s[j][2], s[j][3]);
     }
     if (t4 == 0) {
       alpha_rows[g] = alpha[0];
@@ -55,31 +55,10 @@ __device__ __forceinline__ void publish_p_packed(const uint32_t (&pk)[NT][2], co
   sm90::named_barrier_arrive(full_p + b, threads);
 }
 
-// A thread's P fragments (rows g, g + 8) as DT pairs, what publish_p_packed stores.
-template <int NT, typename DT>
-__device__ __forceinline__ void pack_p(const float (&s)[NT][4], uint32_t (&pk)[NT][2]) {
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    pk[j][0] = DTypeTraits<DT>::pack(s[j][0], s[j][1]);
-    pk[j][1] = DTypeTraits<DT>::pack(s[j][2], s[j][3]);
-  }
-}
-
-template <int NT, int PS, typename DT>
-__device__ __forceinline__ void publish_p(const float (&s)[NT][4], const float (&alpha)[2], DT* p_rows,
-                                          float* alpha_rows, int g, int t4, bool writer, int b, int full_p,
-                                          int empty_p, int threads) {
-  uint32_t pk[NT][2];
-  pack_p<NT, DT>(s, pk);
-  publish_p_packed<NT, PS>(pk, alpha, p_rows, alpha_rows, g, t4, writer, b, full_p, empty_p, threads);
-}
-
 // stat: [2][M] (the rows' running max, then their sums); r16: the warp's
-// first row. The O warps released visits + 2 buffers in all (two at the start).
-__device__ __forceinline__ void finish_s_role(const OnlineSoftmaxRow (&sm)[2], float* stat, int M, int r16, int g,
-                                              int t4, bool writer, int visits, int empty_p, int threads) {
-  sm90::named_barrier_sync(empty_p + (visits & 1), threads);
-  sm90::named_barrier_sync(empty_p + ((visits + 1) & 1), threads);
+// first row; the quad's partial sums reduced here (every lane calls it).
+__device__ __forceinline__ void write_row_stats(const OnlineSoftmaxRow (&sm)[2], float* stat, int M, int r16, int g,
+                                                int t4, bool writer) {
   const float l0 = quad_sum(sm[0].l), l1 = quad_sum(sm[1].l);
   if (writer && t4 == 0) {
     stat[r16 + g] = sm[0].m;
@@ -87,6 +66,16 @@ __device__ __forceinline__ void finish_s_role(const OnlineSoftmaxRow (&sm)[2], f
     stat[M + r16 + g] = l0;
     stat[M + r16 + g + 8] = l1;
   }
+}
+
+// After the loop of S warps that publish every visit: wait for the O warps'
+// last two releases (visits + 2 in all, two at the start) and leave the rows'
+// running max and sum for the epilogue.
+__device__ __forceinline__ void finish_s_role(const OnlineSoftmaxRow (&sm)[2], float* stat, int M, int r16, int g,
+                                              int t4, bool writer, int visits, int empty_p, int threads) {
+  sm90::named_barrier_sync(empty_p + (visits & 1), threads);
+  sm90::named_barrier_sync(empty_p + ((visits + 1) & 1), threads);
+  write_row_stats(sm, stat, M, r16, g, t4, writer);
 }
 
 // Shapes: sP [2][MT x 16][PS], sK [STAGES][N][KS], alpha [2][MT x 16]; o
