@@ -150,14 +150,16 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
     const Loader loader(p, cc.req, cc.hk);
     const int kv_len = rt.kv_len, tile_begin = rt.tile_begin, visits = rt.tile_end - rt.tile_begin;
     const int lt = tid - 32 * (kSAll + kO);  // of the load warpgroup
+    // One row per kTpr threads: its offset resolved (a paged cache's
+    // kv_indices load) before the stage's wait.
+    constexpr int kTpr = 32 * Shape::kLoadWarps / N;
+    static_assert(kTpr * N == 32 * Shape::kLoadWarps, "one row per kTpr load threads");
     if constexpr (IsKvFp8<Shape>::value) {
-      // An fp8 cache (kernels/loaders/fp8_rows.cuh): kTpr threads per row,
-      // each with 16-byte chunks of the CTA's 256 value columns and 8 bytes
-      // of its 32 rope dims, read before the stage's wait, converted into
-      // the stage where the cp.async copies of a q-dtype cache land.
-      constexpr int kTpr = 32 * Shape::kLoadWarps / N;
-      static_assert(kTpr * N == 32 * Shape::kLoadWarps && DVH % (16 * kTpr) == 0 && DR == 8 * kTpr,
-                    "one row per kTpr load threads: value chunks of 16 bytes and a rope piece of 8 each");
+      // An fp8 cache (kernels/loaders/fp8_rows.cuh): each of a row's kTpr
+      // threads reads 16-byte chunks of the CTA's 256 value columns and 8
+      // bytes of its 32 rope dims before the stage's wait and converts them
+      // into the stage where the cp.async copies of a q-dtype cache land.
+      static_assert(DVH % (16 * kTpr) == 0 && DR == 8 * kTpr, "value chunks of 16 bytes and a rope piece of 8 each");
       const uint8_t* g8 = static_cast<const uint8_t*>(p.k);
       const int row = lt / kTpr, sub = lt % kTpr;
       struct Fetched {
@@ -181,10 +183,6 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
             *reinterpret_cast<uint4*>(srow + DVH + 8 * sub) = e4m3x8_to<DT>(f.rope);
           });
     } else {
-      // One row per kTpr threads: its offset resolved (a paged cache's
-      // kv_indices load) before the stage's wait.
-      constexpr int kTpr = 32 * Shape::kLoadWarps / N;
-      static_assert(kTpr * N == 32 * Shape::kLoadWarps, "one row per kTpr load threads");
       const DT* gk = static_cast<const DT*>(p.k);
       load_role_ring<STAGES>(
           visits, full, empty,

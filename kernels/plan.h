@@ -252,8 +252,6 @@ struct TileShapeClusterMla {
       kKBytes + kPBytes + kAlphaBytes + kXBytes + kStatBytes + kChainBytes + kAckBytes + kBarBytes;
   static_assert(kN % 16 == 0 && kStages >= 4, "tile; a stage free while the S and O warps hold three");
   static_assert(kM == 16 * kSWarps, "an S warp per 16 rows");
-  static_assert(32 * (kLoadWarps * kLoadRegs + kSWarps * kSGroups * kSRegs + kOWarps * kORegs) <= 65536,
-                "setmaxnreg budgets within the register file");
   static_assert((kKBytes + kPBytes + kAlphaBytes) % 16 == 0, "the exchange buffers take 16-byte stores");
 };
 
