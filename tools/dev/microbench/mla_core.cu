@@ -44,6 +44,12 @@
 //              144 dims (each K fragment feeds two m16 tiles: 128 B per mma in
 //              Q K^T instead of 256), the pair's partial scores crossing through
 //              shared memory; both warps of a pair run the softmax of its 32 rows
+//   m128_q4    one CTA of a 4-CTA cluster splitting the dims: 128 rows, 144 dims (128
+//              value columns and 16 rope dims), 128 value columns; 4 S warps x 32 rows x
+//              144 dims (Q in 72 registers, each K fragment feeding two m16 tiles: 128 B
+//              per mma, 8 independent chains), 4 O warps x 64 rows x 64 cols; the same
+//              FLOPs per tile as m64_half. The exchange stands in for a reduce-scatter
+//              of the four CTAs' partial scores (each warp writes and reads its 4 KB)
 //   m64_half_bal  m64_half's 2 S warps of 32 rows alone on schedulers 0 and 1, the O
 //              warps two each on schedulers 2 and 3 (kBal)
 //   *_look2 / *_look3  the S warps' K fragments 2 / 3 k-steps ahead of their MMAs
@@ -558,6 +564,7 @@ int main(int argc, char** argv) {
   run<64, 288, 256, 16, 288, 64, 64, true, 32, 2, 0, 2>("m64_half4_2ch", tiles, launches, in, sms, smem_cap);
   run<64, 288, 256, 32, 144, 64, 64, true, 32, 2, 0>("m64_q32pair", tiles, launches, in, sms, smem_cap);
   run<64, 288, 256, 16, 288, 64, 64, true, 32, 2, 0, 1, 2>("m64_half8", tiles, launches, in, sms, smem_cap);
+  run<128, 144, 128, 32, 144, 64, 64, true, 32, 4, 0>("m128_q4", tiles, launches, in, sms, smem_cap);
   run<64, 288, 256, 32, 288, 64, 64, true, 32, 2, 0, 1, 1, false, kBal>("m64_half_bal", tiles, launches, in, sms,
                                                                        smem_cap);
   run<64, 288, 256, 16, 288, 64, 64, true, 32, 2, 0, 1, 1, false, kProf>("m64_half4_prof", tiles, launches, in, sms,
@@ -570,6 +577,9 @@ int main(int argc, char** argv) {
   run<64, 288, 256, 16, 288, 64, 64, true, 32, 3, 4>("m64_half4_load", tiles, launches, in, sms, smem_cap);
   run<64, 288, 256, 16, 288, 64, 64, true, 32, 3, 4, 2>("m64_half4_2ch_load", tiles, launches, in, sms, smem_cap);
   run<64, 288, 256, 32, 144, 64, 64, true, 32, 3, 4>("m64_q32pair_load", tiles, launches, in, sms, smem_cap);
+  run<128, 144, 128, 32, 144, 64, 64, true, 32, 4, 4>("m128_q4_load", tiles, launches, in, sms, smem_cap);
+  run<128, 144, 128, 32, 144, 64, 64, true, 32, 4, 4, 1, 1, false, kProf>("m128_q4_load_prof", tiles, launches, in,
+                                                                         sms, smem_cap);
   run<64, 288, 256, 16, 288, 64, 64, true, 32, 3, 0, 1, 1, true>("m64_half4_oload", tiles, launches, in, sms, smem_cap);
   run<64, 288, 256, 16, 288, 64, 64, true, 32, 3, 0, 1, 2, true>("m64_half8_oload", tiles, launches, in, sms, smem_cap);
   run<64, 288, 256, 16, 288, 64, 64, true, 16, 4, 4>("m64_half4_load_n16", tiles, launches, in, sms, smem_cap);
