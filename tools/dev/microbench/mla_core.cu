@@ -182,11 +182,11 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   auto phase = [](int it) { return static_cast<uint32_t>((it / KS) & 1); };
 
   // Tile it's rows into its stage by threads lt of nthr, each thread's copies
-  // completing on the stage's `full` (a CTA of a dim-splitting pair reads its
-  // half of every row: even / odd blocks).
+  // completing on the stage's `full` (a CTA of a cluster splitting the dims
+  // reads its part of every row: block x's part x % (576 / DQK)).
   auto fill = [&](int it, int lt, int nthr) {
     constexpr int kChunks = DQK * 2 / 16;  // 16-byte chunks per row of this CTA's dims
-    const int dim_off = (DQK < 576) ? (blockIdx.x & 1) * DQK : 0;
+    const int dim_off = (blockIdx.x % (576 / DQK)) * DQK;
     const int st = stage(it);
     bf16* dst = sK + st * N * C::kKStride;
     const int base = (blockIdx.x * 7919 + it * N) % kPoolRows;
