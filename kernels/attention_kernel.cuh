@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(Shape::kThreads, VA_MIN_BLOCKS(Shape))
   // ---- request bounds and this split's KV tiles (kernels/core/request.cuh) ----
   const Loader loader(p, cc.req, hk);
   RequestTile rt;
-  if (!start_request<Shape, DT>(p, loader, hk, &rt)) return;
+  if (!start_request<Shape, DT>(p, loader, &rt)) return;
   const int q_start = rt.q_start, R = rt.R, row0 = rt.row0;
   const int kv_len = rt.kv_len, prefix = rt.prefix;
   const int tile_begin = rt.tile_begin, tile_end = rt.tile_end;
@@ -300,8 +300,9 @@ __global__ void __launch_bounds__(128) merge_kernel(const KernelParams p) {
   DT* out = static_cast<DT*>(p.out) + token * p.out_stride_token + h * p.out_stride_head;
   float* lse = p.lse != nullptr ? p.lse + token * p.lse_stride_token + h * p.lse_stride_head
                                 : nullptr;
-  merge_row<DT, DV>(p.ws_o, p.ws_lse, row, p.ws_rows, p.num_splits, out, lse,
-                    threadIdx.x & 31);
+  // Balanced splits: most rows have the plan's split count (split_units / B).
+  const int first = p.split_units > 0 ? p.split_units / p.batch_size : p.num_splits;
+  merge_row<DT, DV>(p.ws_o, p.ws_lse, row, p.ws_rows, p.num_splits, first, out, lse, threadIdx.x & 31);
 }
 
 }  // namespace verify_attn

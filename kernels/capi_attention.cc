@@ -372,6 +372,7 @@ KernelParams make_kernel_params(const va_params* p, const Plan& plan) {
   kp.scale_log2 = kernel_scale_log2(p);
   kp.v_scale = p->v_is_k_prefix == 1 ? p->k_scale : p->v_scale;  // MLA: V is K's first columns
   kp.num_splits = plan.splits;
+  kp.split_units = plan.split_units;
   kp.ws_rows = plan.ws_rows;
   kp.grid_rows_fastest = plan.grid_rows_fastest ? 1 : 0;
   kp.early_a0_release = plan.early_a0_release ? 1 : 0;
@@ -427,6 +428,7 @@ va_status build_plan(const va_params* p, const va_plan_options& opt, bool plan_e
     if (shape.max_q_len < 1) shape.max_q_len = 1;
     VA_RETURN_IF(plan_for(&shape, opt, &pl->plan));
     pl->plan.splits = 1;
+    pl->plan.split_units = 0;
     pl->plan.workspace_bytes = 0;
     pl->plan.ws_o_bytes = 0;
     return VA_OK;
@@ -519,6 +521,7 @@ void fill_info(const va_plan& pl, va_config_info* info) {
   info->q_tma = plan.q_tma ? 1 : 0;
   info->o_tma = plan.o_tma ? 1 : 0;
   info->grid_rows_fastest = plan.grid_rows_fastest ? 1 : 0;
+  info->split_units = plan.split_units;
 }
 
 }  // namespace

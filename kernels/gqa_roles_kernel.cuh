@@ -85,8 +85,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_kernel(const Ker
     // ------------------------------------------------------------ load warps
     sm90::regs_dealloc<56>();
     const RequestTile rt = s_rt;
-    const CtaCoord cc = cta_coord<Shape::kRowsGrid>(p);
-    const Loader loader(p, cc.req, cc.hk);
+    const Loader loader(p, role_request<Shape>(p, rt), cta_coord<Shape::kRowsGrid>(p).hk);
     const int visits = rt.tile_end - rt.tile_begin;
     const int lt = tid - 32 * CW;
     // Each thread copies one row of every tile (32 x LW threads, N rows): it
@@ -129,7 +128,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_kernel(const Ker
   // ------------------------------------------------------------ consumer warps
   sm90::regs_alloc<224>();
   const RequestTile rt = s_rt;
-  const int hk = cta_coord<Shape::kRowsGrid>(p).hk, split = blockIdx.z;  // cc.split, in every grid order
+  const int hk = cta_coord<Shape::kRowsGrid>(p).hk, split = rt.split;
   const int visits = rt.tile_end - rt.tile_begin;
   const int r0 = rt.row0 + warp * 16;  // the warp's first folded row
   // Q fragments (A operand) of rows g and g + 8, straight from global memory

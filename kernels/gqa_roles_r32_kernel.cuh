@@ -94,8 +94,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_r32_kernel(const
     // ------------------------------------------------------------ load warps
     sm90::regs_dealloc<Shape::kLoadRegs>();
     const RequestTile rt = s_rt;
-    const CtaCoord cc = cta_coord<Shape::kRowsGrid>(p);
-    const Loader loader(p, cc.req, cc.hk);
+    const Loader loader(p, role_request<Shape>(p, rt), cta_coord<Shape::kRowsGrid>(p).hk);
     const int visits = rt.tile_end - rt.tile_begin;
     const int lt = tid - 32 * CW;
     // Each thread copies its part of one row of every tile (32 x LW threads,
@@ -282,7 +281,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_r32_kernel(const
 
   sm90::named_barrier_sync(kDone, Shape::kThreads);  // the load warps' s_bad_kv is visible
   const RequestTile rt = s_rt;
-  const int hk = cta_coord<Shape::kRowsGrid>(p).hk, split = blockIdx.z;  // cc.split, in every grid order
+  const int hk = cta_coord<Shape::kRowsGrid>(p).hk, split = rt.split;
   if (s_bad_kv) {
     write_nan_rows<Shape, DT>(p, rt.q_start, rt.R, rt.row0, hk, split, tid, 32 * CW);
     return;

@@ -58,7 +58,11 @@ struct KernelParams {
   float scale_log2;    // sm_scale * log2(e), times k_scale for an fp8 cache
   float v_scale;       // fp8 caches: V = v_scale x the stored value, applied to O before its store
 
-  int32_t num_splits;
+  int32_t num_splits;  // workspace slots per output row (with split_units: a request's most splits)
+  // Plan::split_units: 0, or grid z is that many split CTAs per (KV head, row
+  // tile) for the whole batch, handed to the requests by their KV lengths
+  // (kernels/core/balanced_splits.cuh).
+  int32_t split_units;
   float* ws_o;         // [splits][total_q * Hq][Dv] fp32 (splits > 1)
   float* ws_lse;       // [splits][total_q * Hq] fp32
   int64_t ws_rows;     // total_q * Hq

@@ -31,7 +31,7 @@ constexpr ConfigDesc make_desc(const char* tag) {
                     S::kM,        S::kN,         S::kWarps, S::kStages,
                     S::kSmemBytes, S::kMinBlocks, S::kWgmma ? 90 : 0, S::kWgmma,
                     tile_granule<S>(), S::kRowsGrid, k_by_tma<S>(), S::kSplitRoles,
-                    S::kClusterX, kv_fp8_ok<S>()};
+                    S::kClusterX, kv_fp8_ok<S>(), kBalancesSplits<S>};
 }
 
 const ConfigDesc kDescs[kNumConfigs] = {
@@ -255,7 +255,8 @@ va_status check_plan_options(const va_plan_options& opt, int* forced_config) {
                    "options.grid_order: must be VA_GRID_AUTO, VA_GRID_ROWS or VA_GRID_REQUESTS (got %d)",
                    opt.grid_order);
   const struct { int32_t v; const char* name; } switches[] = {
-      {opt.early_release, "options.early_release"}, {opt.q_tma, "options.q_tma"}, {opt.o_tma, "options.o_tma"}};
+      {opt.early_release, "options.early_release"}, {opt.q_tma, "options.q_tma"}, {opt.o_tma, "options.o_tma"},
+      {opt.balance_splits, "options.balance_splits"}};
   for (const auto& sw : switches)
     if (sw.v < VA_AUTO || sw.v > VA_OFF)
       return va_fail(VA_ERR_INVALID_VALUE, "%s: must be VA_AUTO, VA_ON or VA_OFF (got %d)", sw.name, sw.v);
@@ -485,6 +486,20 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
   plan->o_tma = d.wgmma && splits == 1 && opt.o_tma != VA_OFF &&
                 folded_rows_map_ok(p.out, 512, p.total_q, p.out_stride_token, p.out_stride_head,
                                    group);
+  // Balanced splits: the batch's requests x splits CTAs per (KV head, row
+  // tile) follow the device KV lengths; a request takes at most
+  // units - (B - 1) of them (every other request at least one) and never more
+  // splits than the host bound's tiles (kernels/core/balanced_splits.cuh
+  // clamps at the slots, so a device length past max_kv_len stays in the
+  // workspace).
+  plan->split_units = 0;
+  if (d.balance && !kv_fp8 && p.num_splits == 0 && opt.balance_splits != VA_OFF && splits > 1 &&
+      p.batch_size >= 2 && p.batch_size <= kMaxBalancedBatch) {
+    const int64_t units = static_cast<int64_t>(p.batch_size) * splits;
+    plan->split_units = static_cast<int>(units);
+    splits = std::max<int64_t>(2, std::min<int64_t>(units - p.batch_size + 1, kv_tiles));
+    plan->splits = static_cast<int>(splits);
+  }
   plan->ws_rows = static_cast<int64_t>(p.total_q) * p.num_qo_heads;
   if (splits > 1) {
     plan->ws_o_bytes = static_cast<size_t>(splits) * plan->ws_rows * p.head_dim_vo * sizeof(float);

@@ -478,6 +478,17 @@ struct IsKvFp8<S, decltype(void(S::kKvFp8))> {
   static constexpr bool value = S::kKvFp8;
 };
 
+// Whether a tile shape's kernel can run balanced splits (Plan::split_units,
+// kernels/core/balanced_splits.cuh): the GQA warp-role kernels, whose
+// prologue (kernels/core/roles.cuh) decodes a pooled grid z and whose
+// epilogue (kernels/core/gqa_warp.cuh) marks a row's unused workspace slots;
+// not their fp8-cache instances, whose load warps (56 registers, converting
+// rows) spill with the request's index in a vector register.
+template <class S>
+inline constexpr bool kBalancesSplits = S::kSplitRoles && !S::kVIsK && !IsKvFp8<S>::value;
+// Balanced splits take one lane per request: batches of 2 to this many.
+constexpr int kMaxBalancedBatch = 32;
+
 struct ConfigDesc {
   const char* tag;  // e.g. "mla_m32n32_s1"
   bool mla;         // serves MLA (v_is_k_prefix, 576 / 512); else GQA / MHA of head_dim_qk
@@ -492,6 +503,7 @@ struct ConfigDesc {
   bool arch_specific;  // a body only in sm_XYa images (the warp-role kernels, TileShape*::kSplitRoles)
   int cluster_x;       // CTAs per cluster along x (TileShape*::kClusterX): grid x = cluster_x x launch_grid's
   bool kv_fp8;         // has fp8-cache instances (kv_fp8_ok)
+  bool balance;        // can run balanced splits (kBalancesSplits)
 };
 const ConfigDesc& config_desc(ConfigId id);
 
@@ -519,6 +531,50 @@ VA_HOST_DEVICE inline void split_tile_range(int split, int num_splits, int num_t
                                             int* end) {
   *begin = static_cast<int>(static_cast<int64_t>(split) * num_tiles / num_splits);
   *end = static_cast<int>(static_cast<int64_t>(split + 1) * num_tiles / num_splits);
+}
+
+// Balanced splits (Plan::split_units): request i of a batch of `batch`
+// requests, t_i KV tiles, takes balanced_splits_of(t_i, q, slots) splits of at
+// most q tiles each, q the smallest share whose splits, max(1, ceil(t_i / q))
+// summed over the requests (splits_at(q): a warp's reduction on the device, a
+// loop in the plan tests), number at most `units` CTAs: a long request gets more
+// splits and a short one fewer, so that no CTA holds more tiles than it must
+// (FlashInfer plans its split-KV chunks so on the host, from host copies of the
+// lengths). The sum is at most total / q + batch, so q lies in
+// [ceil(total / units), ceil(total / (units - batch))], and at most the
+// longest request's tiles (one split each; units >= batch): a search of a few
+// steps where units is a few times the batch.
+#if defined(__CUDACC__)
+#pragma nv_exec_check_disable
+#endif
+template <class SplitsAt>
+VA_HOST_DEVICE inline int balanced_share(int64_t total_tiles, int max_tiles, int batch, int units,
+                                         SplitsAt splits_at) {
+  int64_t high = max_tiles > 1 ? max_tiles : 1;
+  if (units > batch) {
+    const int64_t enough = (total_tiles + (units - batch) - 1) / (units - batch);
+    if (enough < high) high = enough < 1 ? 1 : enough;
+  }
+  const int64_t low = (total_tiles + units - 1) / units;
+  int hi = static_cast<int>(high);
+  int lo = low < 1 ? 1 : (low > hi ? hi : static_cast<int>(low));
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    if (splits_at(mid) <= static_cast<int64_t>(units)) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return lo;
+}
+
+// Splits of a request of `tiles` KV tiles at `share` tiles per split: at least
+// one (an empty request's CTA still reports its errors and writes its rows),
+// at most max_splits (the workspace's slots per row).
+VA_HOST_DEVICE inline int balanced_splits_of(int tiles, int share, int max_splits) {
+  const int s = tiles > share ? (tiles + share - 1) / share : 1;
+  return s < max_splits ? s : max_splits;
 }
 
 // KV tiles (of N rows) the row tile starting at folded row `row0` (M rows,
@@ -598,6 +654,14 @@ struct Plan {
   // describe q / out (folded_rows_map_ok) and the options do not turn them off.
   bool q_tma;
   bool o_tma;
+  // Balanced splits (balanced_share): 0, or the split CTAs of each (KV head,
+  // row tile), batch_size x the split count, which the kernel hands to the
+  // requests by their device KV lengths; `splits` is then the workspace's
+  // slots per row (a request's most splits). Grid z holds these CTAs and x
+  // the KV heads only (launch_grid). Where the kernel can
+  // (ConfigDesc::balance), for an automatic split count above 1 over 2 to
+  // kMaxBalancedBatch requests, unless the options turn it off.
+  int split_units;
   int64_t ws_rows;       // total_q * num_qo_heads (rows of the partial arrays)
   size_t ws_o_bytes;     // splits * ws_rows * Dv * 4 (0 when splits == 1)
   size_t workspace_bytes;
@@ -610,11 +674,13 @@ struct Plan {
 // kRowsGrid, the order the kernel decodes): x, y, z.
 inline void launch_grid(const Plan& plan, bool rows_fastest, int batch_size, int num_kv_heads,
                         unsigned* x, unsigned* y, unsigned* z) {
-  const unsigned heads = static_cast<unsigned>(batch_size) * static_cast<unsigned>(num_kv_heads);
+  // Balanced splits: the requests come from z (kernels/core/balanced_splits.cuh).
+  const unsigned requests = plan.split_units > 0 ? 1u : static_cast<unsigned>(batch_size);
+  const unsigned heads = requests * static_cast<unsigned>(num_kv_heads);
   const unsigned rows = static_cast<unsigned>(plan.row_tiles);
   *x = rows_fastest ? rows : heads;
   *y = rows_fastest ? heads : rows;
-  *z = static_cast<unsigned>(plan.splits);
+  *z = static_cast<unsigned>(plan.split_units > 0 ? plan.split_units : plan.splits);
 }
 
 // `p` must have passed the scalar validation of capi_attention.cc (dims,

@@ -59,8 +59,9 @@
 extern "C" {
 #endif
 
-#define VA_ABI_VERSION 5  /* 3: plan handles (va_plan_*), va_plan_options, va_run_args; 4: va_verify_metadata;
-                             5: va_params.kv_dtype, k_scale, v_scale, va_run_args.k_scale, v_scale (fp8 caches) */
+#define VA_ABI_VERSION 6  /* 3: plan handles (va_plan_*), va_plan_options, va_run_args; 4: va_verify_metadata;
+                             5: va_params.kv_dtype, k_scale, v_scale, va_run_args.k_scale, v_scale (fp8 caches);
+                             6: va_plan_options.balance_splits, va_config_info.split_units */
 
 typedef enum va_status {
   VA_OK = 0,
@@ -184,7 +185,7 @@ typedef struct va_config_info {
   int32_t tile_n;            /* KV rows per tile */
   int32_t num_warps;
   int32_t num_stages;
-  int32_t num_splits;        /* split-K count chosen */
+  int32_t num_splits;        /* split-K count chosen: the most splits of any row (the workspace's) */
   int32_t smem_bytes;        /* dynamic shared memory per block */
   int32_t sm_arch;           /* device major*10+minor */
   size_t workspace_bytes;    /* workspace every run needs (0 when unsplit) */
@@ -192,6 +193,9 @@ typedef struct va_config_info {
   int32_t q_tma;             /* 1: Q by a bulk tensor copy (sm_90a MLA kernels) */
   int32_t o_tma;             /* 1: the unsplit output stored by bulk tensor copies */
   int32_t grid_rows_fastest; /* 1: the grid (row tile, request * Hkv + kv head, split) */
+  int32_t split_units;       /* 0: every request's row tiles split num_splits ways; else the
+                                split CTAs of each (KV head, row tile), shared by the requests
+                                in proportion to their KV lengths on the device (balance_splits) */
 } va_config_info;
 
 void va_params_init(va_params* p);
@@ -220,6 +224,15 @@ typedef struct va_plan_options {
   int32_t max_smem_bytes; /* 0 = the device's; else plan as if the device had at most this
                              much shared memory per block (101376: sm_120's configuration
                              choice, measurable on an sm_90 card) */
+  int32_t balance_splits; /* va_switch: how an automatic split-K count is spread over a batch
+                             of several requests. VA_AUTO / VA_ON: where the kernel can (the
+                             portable warp-role GQA kernels, 2 to 32 requests), the plan's
+                             requests x splits CTAs of each (KV head, row tile) go to the
+                             requests by their device KV lengths, each split of a request
+                             taking at most the same number of KV tiles (a long request gets
+                             more splits, a short one fewer; FlashInfer's split-KV planning
+                             does this on the host); VA_OFF: every request splits its KV range
+                             num_splits ways. A forced num_splits never balances. */
 } va_plan_options;
 
 void va_plan_options_init(va_plan_options* o);

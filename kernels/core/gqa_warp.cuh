@@ -71,8 +71,14 @@ __device__ __forceinline__ void store_warp_row(const KernelParams& p, const Requ
                                                int gr, int t4, const float (&o)[NTO][4], int h, float m, float l) {
   if (gr >= rt.R) return;
   const float inv = l > 0.f ? p.v_scale / l : 0.f;
-  store_out_row<NTO, D, DT>(p, split, folded_row(rt.q_start, hk, p.group, gr), 2 * t4, o, h, inv,
-                            OnlineSoftmaxRow::lse(m, l), t4 == 0);
+  const FoldedRow fr = folded_row(rt.q_start, hk, p.group, gr);
+  store_out_row<NTO, D, DT>(p, split, fr, 2 * t4, o, h, inv, OnlineSoftmaxRow::lse(m, l), t4 == 0);
+  // Balanced splits: the request's first split marks the row's workspace
+  // slots past its splits empty (lse -inf: the merge skips them), which may
+  // hold another call's rows.
+  if (p.split_units > 0 && split == 0 && t4 == 0)
+    for (int s = rt.splits; s < p.num_splits; ++s)
+      p.ws_lse[workspace_row(s, p.ws_rows, fr.token, p.num_qo_heads, fr.head)] = -INFINITY;
 }
 
 // The 16 folded rows from r0 of a warp's O, store_warp_row's, with their

@@ -43,29 +43,39 @@ __device__ __forceinline__ void load_partials(float2 (&x)[kBatch][DV / 64], cons
 template <typename DT, int DV>
 __device__ __forceinline__ void merge_row(const float* __restrict__ ws_o,
                                           const float* __restrict__ ws_lse, int64_t row,
-                                          int64_t rows, int splits, DT* __restrict__ out_row,
+                                          int64_t rows, int splits, int first, DT* __restrict__ out_row,
                                           float* lse_out, int lane) {
   static_assert(DV % 64 == 0, "merge: DV must be a multiple of 64");
   constexpr int kIters = DV / 64;
   constexpr int kBatch = DV >= 256 ? 4 : 8;  // splits whose partial rows are loaded together
   constexpr unsigned kAll = 0xffffffffu;
   const int64_t stride = rows * DV;  // from one split's partial row to the next's
-  // This lane's columns of split 0's partial row, and the first batch.
+  // This lane's columns of split 0's partial row, and the first batch: of the
+  // `first` splits most rows have (balanced splits: a row may have up to
+  // `splits`, most have the plan's split count), so that the speculative loads
+  // do not read slots no split wrote.
   const float* o0 = ws_o + row * DV + 2 * lane;
   float2 x[kBatch][kIters];
-  load_partials<DV, kBatch>(x, o0, stride, min(kBatch, splits));
+  const int early = min(kBatch, min(first, splits));
+  load_partials<DV, kBatch>(x, o0, stride, early);
   float L = -INFINITY;
   float v0 = -INFINITY;  // lane l's lse of split l (read once)
   bool nan = false;
+  int used = 0;  // 1 + the last split that saw a column: the later ones are not loaded
   for (int s = lane; s < splits; s += 32) {
     const float v = ws_lse[s * rows + row];
     if (s == lane) v0 = v;
     nan |= isnan(v);
     L = fmaxf(L, v);
+    if (v != -INFINITY) used = s + 1;
   }
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) L = fmaxf(L, __shfl_xor_sync(kAll, L, off));
+  for (int off = 16; off > 0; off >>= 1) {
+    L = fmaxf(L, __shfl_xor_sync(kAll, L, off));
+    used = max(used, __shfl_xor_sync(kAll, used, off));
+  }
   nan = __any_sync(kAll, nan);
+  splits = used;
   float acc[kIters][2];
 #pragma unroll
   for (int i = 0; i < kIters; ++i) acc[i][0] = acc[i][1] = 0.f;
@@ -82,7 +92,7 @@ __device__ __forceinline__ void merge_row(const float* __restrict__ ws_o,
       wsum += fmaxf(w_lane, 0.f);
       const int n = min(32, splits - s0);
       for (int j = 0; j < n; j += kBatch) {
-        if (s0 + j > 0) load_partials<DV, kBatch>(x, o0 + (s0 + j) * stride, stride, n - j);
+        if (s0 + j > 0 || n > early) load_partials<DV, kBatch>(x, o0 + (s0 + j) * stride, stride, n - j);
 #pragma unroll
         for (int b = 0; b < kBatch; ++b) {
           if (j + b >= n) break;  // warp-uniform

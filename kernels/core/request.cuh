@@ -16,6 +16,9 @@
 namespace verify_attn {
 
 struct RequestTile {
+  int req;         // the request
+  int split;       // this CTA's split of the row tile's KV tiles (a workspace slot)
+  int splits;      // the row tile's splits (p.num_splits, or fewer with balanced splits)
   int q_start;     // first token of the request in q / out
   int q_len;       // its draft tokens
   int R;           // folded rows (q_len * group)
@@ -54,14 +57,17 @@ __device__ __forceinline__ CtaCoord cta_coord(const KernelParams& p) {
                     blockIdx.y, blockIdx.z, gridDim.x / kClusterX, gridDim.y);
 }
 
-// M folded rows per CTA, N KV rows per tile; the grid as cta_coord says.
-// kSkipDraftTiles, kRowsGrid, kClusterX: the kernel's Shape::kSkipDraftTiles
-// (below), Shape::kRowsGrid, Shape::kClusterX.
-template <bool kSkipDraftTiles, bool kRowsGrid, int kClusterX = 1, class Loader>
-__device__ __forceinline__ int request_tile(const KernelParams& p, const Loader& loader, int M,
-                                            int N, RequestTile* t) {
-  const CtaCoord cc = cta_coord<kRowsGrid, kClusterX>(p);
+// M folded rows per CTA, N KV rows per tile; cc the CTA's request, KV head,
+// row tile and split (cta_coord, or balanced_coord's), `splits` the row
+// tile's split count; loader the request's. kSkipDraftTiles: the kernel's
+// Shape::kSkipDraftTiles (below).
+template <bool kSkipDraftTiles, class Loader>
+__device__ __forceinline__ int request_tile(const KernelParams& p, const Loader& loader, const CtaCoord& cc,
+                                            int splits, int M, int N, RequestTile* t) {
   const int req = cc.req, hk = cc.hk, split = cc.split;
+  t->req = req;
+  t->split = split;
+  t->splits = splits;
   const int row_tile = cc.row_tile;  // the longest first in launch order (grid_coord)
   // Reports request-level errors once: row tile 0 exists whenever q_len > 0.
   const bool first_cta = hk == 0 && row_tile == 0 && split == 0 && threadIdx.x == 0;
@@ -138,7 +144,7 @@ __device__ __forceinline__ int request_tile(const KernelParams& p, const Loader&
       }
     }
   }
-  split_tile_range(split, p.num_splits, num_tiles, &t->tile_begin, &t->tile_end);
+  split_tile_range(split, splits, num_tiles, &t->tile_begin, &t->tile_end);
   return kRequestRun;
 }
 
@@ -223,14 +229,22 @@ __device__ __forceinline__ void copy_q_tile_async(DT* sQ, const KernelParams& p,
 
 // request_tile and the two early exits every kernel takes: false when this
 // CTA has nothing to compute (skipped, or its rows already written as NaN).
+// cc and splits as request_tile takes them.
 template <class Shape, typename DT, class Loader>
-__device__ __forceinline__ bool start_request(const KernelParams& p, const Loader& loader, int hk,
-                                              RequestTile* rt) {
-  const int st =
-      request_tile<Shape::kSkipDraftTiles, Shape::kRowsGrid, Shape::kClusterX>(p, loader, Shape::kM, Shape::kN, rt);
+__device__ __forceinline__ bool start_request(const KernelParams& p, const Loader& loader, const CtaCoord& cc,
+                                              int splits, RequestTile* rt) {
+  const int st = request_tile<Shape::kSkipDraftTiles>(p, loader, cc, splits, Shape::kM, Shape::kN, rt);
   if (st == kRequestNanRows)
-    write_nan_rows<Shape, DT>(p, rt->q_start, rt->R, rt->row0, hk, blockIdx.z);
+    write_nan_rows<Shape, DT>(p, rt->q_start, rt->R, rt->row0, cc.hk, rt->split);
   return st == kRequestRun;
+}
+
+// The same for the CTA of grid block blockIdx (cta_coord), split
+// p.num_splits ways.
+template <class Shape, typename DT, class Loader>
+__device__ __forceinline__ bool start_request(const KernelParams& p, const Loader& loader, RequestTile* rt) {
+  return start_request<Shape, DT, Loader>(p, loader, cta_coord<Shape::kRowsGrid, Shape::kClusterX>(p),
+                                          p.num_splits, rt);
 }
 
 }  // namespace verify_attn

@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "kernels/core/balanced_splits.cuh"
 #include "kernels/core/mma.cuh"
 #include "kernels/core/request.cuh"
 #include "kernels/launch.h"
@@ -17,7 +18,8 @@ namespace verify_attn {
 // Every thread calls it; false when the CTA has nothing to compute (every
 // thread then returns). Nothing computed here stays in registers past the role
 // split (a value live across setmaxnreg costs a local-memory spill, ptxas):
-// each role re-derives what it needs from blockIdx, the parameters and *s_rt.
+// each role re-derives what it needs from blockIdx, the parameters and *s_rt
+// (the request and split from *s_rt: balanced splits decode them from a pool).
 // full[b] completes after full_arrivals arrivals (the load threads' cp.async
 // arrivals), empty[b] after empty_arrivals (the warps that read a buffer), for
 // b < kBarriers: one pair per stage, or per buffer where a kernel keeps K and
@@ -31,10 +33,15 @@ __device__ __forceinline__ bool role_prologue(const KernelParams& p, RequestTile
                                               uint64_t* full, uint64_t* empty, uint32_t full_arrivals,
                                               uint32_t empty_arrivals) {
   {
-    const CtaCoord cc = cta_coord<Shape::kRowsGrid, Shape::kClusterX>(p);
+    CtaCoord cc = cta_coord<Shape::kRowsGrid, Shape::kClusterX>(p);
+    int splits = p.num_splits;
+    if constexpr (kBalancesSplits<Shape>) {
+      // Balanced splits: the request and split come from the pool (grid z).
+      if (p.split_units > 0 && !balanced_coord<Loader>(p, Shape::kN, &cc, &splits)) return false;
+    }
     const Loader loader(p, cc.req, cc.hk);
     RequestTile rt;
-    if (!start_request<Shape, DT, Loader>(p, loader, cc.hk, &rt)) return false;
+    if (!start_request<Shape, DT, Loader>(p, loader, cc, splits, &rt)) return false;
     if (threadIdx.x == 0) {
       *s_rt = rt;
       *s_bad_kv = 0;
@@ -51,6 +58,18 @@ __device__ __forceinline__ bool role_prologue(const KernelParams& p, RequestTile
   }
   __syncthreads();
   return true;
+}
+
+// The CTA's request in a role's code after the split: *s_rt's where the
+// kernel runs balanced splits (decoded from the pool), else from blockIdx, a
+// uniform register: the fp8-cache instances' load warps have none to spare.
+template <class Shape>
+__device__ __forceinline__ int role_request(const KernelParams& p, const RequestTile& rt) {
+  if constexpr (kBalancesSplits<Shape>) {
+    return rt.req;
+  } else {
+    return cta_coord<Shape::kRowsGrid, Shape::kClusterX>(p).req;
+  }
 }
 
 // A load warp's ring over the CTA's `visits` KV tiles: tile i goes to stage

@@ -37,6 +37,10 @@ struct FlatLoader {
   }
 
   __device__ __forceinline__ int kv_len() const { return kv_len_; }
+  // Request req's kv_len without the rest of a loader (balanced splits).
+  static __device__ __forceinline__ int request_kv_len(const KernelParams& p, int req) {
+    return __ldg(p.kv_indptr + req + 1) - __ldg(p.kv_indptr + req);
+  }
 
   // Offsets of row j (0 <= j < kv_len) or false when it must not be read.
   __device__ __forceinline__ bool row(int j, int64_t* k_off, int64_t* v_off) const {

@@ -43,6 +43,10 @@ struct PagedLoader {
   }
 
   __device__ __forceinline__ int kv_len() const { return kv_len_; }
+  // Request req's kv_len without the rest of a loader (balanced splits).
+  static __device__ __forceinline__ int request_kv_len(const KernelParams& p, int req) {
+    return __ldg(p.kv_len + req);
+  }
 
   __device__ __forceinline__ bool row(int j, int64_t* k_off, int64_t* v_off) const {
     const int page_in_req = j / page_size;

@@ -248,7 +248,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     const int hk = cc.hk;
     const Loader loader(p, cc.req, hk);
     RequestTile rt;
-    if (!start_request<Shape, DT>(p, loader, hk, &rt)) return;
+    if (!start_request<Shape, DT>(p, loader, &rt)) return;
     if (threadIdx.x == 0) s_rt = rt;
   }
   __syncthreads();

@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   const int split = blockIdx.z;  // cc.split, in every grid order
   const Loader loader(p, cc.req, hk);
   RequestTile rt;
-  if (!start_request<Shape, DT>(p, loader, hk, &rt)) return;
+  if (!start_request<Shape, DT>(p, loader, &rt)) return;
   const int n_tiles = rt.tile_end - rt.tile_begin;
 
   if (tid == 0) {

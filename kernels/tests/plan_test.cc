@@ -2,6 +2,7 @@
 // shared memory (sm_120: 101376 bytes per block; sm_90: 232448), and the
 // split-K rule fills the GPU only when the batch alone cannot. Prints the
 // resource table (the CI log records what sm_120 would run).
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <initializer_list>
@@ -64,6 +65,29 @@ static va_params shape(bool mla, int d, int hq, int hkv, int b, int q_len, long 
   p.head_dim_vo = mla ? 512 : d;
   p.mask_words = (q_len + 31) / 32;
   return p;
+}
+
+// Balanced splits (kernels/plan.h): the split count the kernel's warp gives
+// each request of these KV lengths (kernels/core/balanced_splits.cuh, the
+// same rule with a loop for its warp reduction).
+static std::vector<int> balanced_counts(const std::vector<int>& kv_len, int n, int units, int slots) {
+  std::vector<int> tiles;
+  int64_t total = 0;
+  int most = 0;
+  for (int len : kv_len) {
+    const int t = (std::max(len, 0) + n - 1) / n;
+    tiles.push_back(t);
+    total += t;
+    most = std::max(most, t);
+  }
+  const int share = va::balanced_share(total, most, static_cast<int>(kv_len.size()), units, [&](int q) {
+    int64_t sum = 0;
+    for (int t : tiles) sum += t > q ? (t + q - 1) / q : 1;
+    return sum;
+  });
+  std::vector<int> out;
+  for (int t : tiles) out.push_back(va::balanced_splits_of(t, share, slots));
+  return out;
 }
 
 int main() {
@@ -542,7 +566,10 @@ int main() {
           for (unsigned y = 0; y < gy; ++y)
             for (unsigned x = 0; x < gx; ++x) {
               const va::CtaCoord cc = va::grid_coord(plan.grid_rows_fastest, hkv, x, y, z, gx, gy);
-              ok &= cc.row_tiles == plan.row_tiles && cc.req >= 0 && cc.req < b && cc.hk >= 0 &&
+              // Balanced splits: x holds the KV heads only, z the pool (request 0 here;
+              // kernels/core/balanced_splits.cuh decodes the request from z).
+              ok &= cc.row_tiles == plan.row_tiles && cc.req >= 0 &&
+                    cc.req < (plan.split_units > 0 ? 1 : b) && cc.hk >= 0 &&
                     cc.hk < hkv && cc.row_tile >= 0 && cc.row_tile < plan.row_tiles &&
                     cc.split == static_cast<int>(z);
               ok &= seen.insert({cc.req, cc.hk, cc.row_tile, cc.split}).second;
@@ -554,7 +581,8 @@ int main() {
               }
             }
         ok &= static_cast<int64_t>(seen.size()) ==
-              static_cast<int64_t>(b) * hkv * plan.row_tiles * plan.splits;
+              (plan.split_units > 0 ? static_cast<int64_t>(hkv) * plan.row_tiles * plan.split_units
+                                    : static_cast<int64_t>(b) * hkv * plan.row_tiles * plan.splits);
         CHECK(ok, "grid blocks = work list, order '%s', B%d Hkv%d Hq%d q%d (grid %u x %u x %u)",
               order, b, hkv, hq, q, gx, gy, gz);
       }
@@ -626,7 +654,8 @@ int main() {
   // workspace: random ragged length mixes, tree and causal, both archs.
   {
     std::mt19937 rng(12345);
-    int mixes = 0;
+    int mixes = 0, balanced = 0;
+    bool ok_pool = true;
     for (int trial = 0; trial < 200; ++trial) {
       const bool mla = trial % 2 == 0;
       const bool causal = trial % 3 == 0;
@@ -657,6 +686,16 @@ int main() {
       const va::ConfigDesc& d = va::config_desc(plan.config);
       const int64_t ws_rows_cap = plan.splits > 1
           ? static_cast<int64_t>(plan.ws_o_bytes / (sizeof(float) * p.head_dim_vo)) : 0;
+      // Each request's split count: plan.splits, or with balanced splits the
+      // kernel's allocation of the pool by these lengths.
+      std::vector<int> req_splits(b, plan.splits);
+      if (plan.split_units > 0) {
+        req_splits = balanced_counts(kv_len, d.n, plan.split_units, plan.splits);
+        int64_t used = 0;
+        for (int s : req_splits) used += s;
+        ok_pool &= used <= plan.split_units && b >= 2 && b <= va::kMaxBalancedBatch;
+        ++balanced;
+      }
       std::set<std::tuple<int, int, int>> kv_seen;     // (request, row tile, KV tile)
       std::set<std::pair<int64_t, int>> rows_seen;     // (token, head)
       std::set<int64_t> ws_seen;
@@ -671,9 +710,9 @@ int main() {
             if (row0 >= R) continue;  // the kernel's CTA exits
             const int tiles = va::row_tile_kv_tiles(row0, d.m, R, plan.group, kv_len[i], prefix,
                                                     causal, d.n);
-            for (int z = 0; z < plan.splits; ++z) {
+            for (int z = 0; z < req_splits[i]; ++z) {
               int t0, t1;
-              va::split_tile_range(z, plan.splits, tiles, &t0, &t1);
+              va::split_tile_range(z, req_splits[i], tiles, &t0, &t1);
               ok &= 0 <= t0 && t0 <= t1 && t1 <= tiles;
               for (int t = t0; t < t1; ++t) ok &= kv_seen.insert({i, y * hkv + hk, t}).second;
               for (int r = row0; r < std::min(row0 + d.m, R); ++r) {
@@ -696,7 +735,9 @@ int main() {
             plan.splits, causal);
       ++mixes;
     }
-    std::printf("work list checked on %d random length mixes\n", mixes);
+    CHECK(ok_pool, "balanced splits: a pool's CTAs cover every request's splits");
+    CHECK(balanced > 0, "some random mixes plan balanced splits");
+    std::printf("work list checked on %d random length mixes (%d balanced)\n", mixes, balanced);
   }
   // fp8 (e4m3) caches: the GQA warp-role kernels at every row count (the only
   // configurations with fp8 instances; here also where a q-dtype cache takes
@@ -768,6 +809,61 @@ int main() {
               "fp8 D256 on sm_%d: %d %s %s", dev.sm_arch, st, st == VA_OK ? plan.name : "", va_last_error_message());
       }
     }
+  }
+  // Balanced splits: the share rule (the real-input ddtree256 and ddtree16
+  // batches, in 64-row KV tiles) and when the plan takes it.
+  {
+    using V = std::vector<int>;
+    CHECK(balanced_counts({576, 1056, 1856}, 64, 6, 4) == (V{1, 2, 3}), "ddtree256, 6 units: 1, 2, 3 splits");
+    CHECK(balanced_counts({336, 816, 1616}, 64, 30, 26) == (V{3, 7, 13}), "ddtree16, 30 units: 3, 7, 13");
+    CHECK(balanced_counts({1664, 1664, 1664}, 64, 30, 26) == (V{9, 9, 9}), "equal lengths: equal splits");
+    CHECK(balanced_counts({0, -5, 64}, 64, 6, 4) == (V{1, 1, 1}), "empty and bad lengths: one split each");
+    CHECK(balanced_counts({64000, 64}, 64, 8, 7) == (V{7, 1}), "a request's splits stop at the slots");
+    // A ragged GQA batch on the warp-role kernel (sm_90 and as on sm_120):
+    // the plan's split count times the batch, pooled; the workspace holds a
+    // request's most splits.
+    for (const va::DeviceInfo* dev : {&sm90, &sm120}) {
+      va_params p = shape(false, 128, 16, 2, 3, 16, 4096);
+      g_opt.balance_splits = VA_OFF;
+      va::Plan off;
+      CHECK(make_plan(p, *dev, &off) == VA_OK && off.split_units == 0 && off.splits > 1, "balance off: %d splits",
+            off.splits);
+      g_opt.balance_splits = VA_AUTO;
+      va::Plan on;
+      CHECK(make_plan(p, *dev, &on) == VA_OK, "%s", va_last_error_message());
+      // The warp-role kernel where the build has the device's arch-specific
+      // image; the one-tile kernel (no balanced splits) otherwise.
+      if (va::config_desc(on.config).balance) {
+        CHECK(on.split_units == 3 * off.splits && on.splits == std::min(on.split_units - 2, 64) &&
+                  on.workspace_bytes > off.workspace_bytes,
+              "balanced: %d units, %d slots (unbalanced %d splits)", on.split_units, on.splits, off.splits);
+        unsigned gx, gy, gz;
+        va::launch_grid(on, false, 3, 2, &gx, &gy, &gz);
+        CHECK(gx == 2 && gz == static_cast<unsigned>(on.split_units), "balanced grid %u x %u x %u", gx, gy, gz);
+      } else {
+        CHECK(on.split_units == 0 && on.splits == off.splits, "%s: no balanced splits", on.name);
+      }
+      va::Plan other;
+      p.num_splits = 4;
+      CHECK(make_plan(p, *dev, &other) == VA_OK && other.split_units == 0 && other.splits == 4, "forced splits");
+      p.num_splits = 0;
+      p.kv_dtype = VA_KV_DTYPE_FP8_E4M3;
+      // (no fp8 instance of the one-tile D128 kernel: such a build plans none)
+      if (make_plan(p, *dev, &other) == VA_OK)
+        CHECK(other.kv_fp8 && other.split_units == 0, "fp8 cache: per-request splits (%s)", other.name);
+      p.kv_dtype = VA_KV_DTYPE_AS_Q;
+      va_params one = shape(false, 128, 16, 2, 1, 16, 4096);
+      CHECK(make_plan(one, *dev, &other) == VA_OK && other.split_units == 0 && other.splits > 1, "one request");
+      va_params many = shape(false, 128, 16, 2, 33, 16, 4096);
+      CHECK(make_plan(many, *dev, &other) == VA_OK && other.split_units == 0, "33 requests");
+      va_params mla = shape(true, 576, 16, 1, 3, 16, 4096);
+      CHECK(make_plan(mla, *dev, &other) == VA_OK && other.split_units == 0, "MLA: %s", other.name);
+    }
+    g_opt.balance_splits = 9;
+    va::Plan bad;
+    CHECK(fails_naming_option(make_plan(shape(false, 128, 16, 2, 3, 16, 4096), sm90, &bad), "options.balance_splits"),
+          "a bad switch fails naming it: %s", va_last_error_message());
+    g_opt.balance_splits = VA_AUTO;
   }
   // Split choice avoids a partial last wave.
   CHECK(va::choose_splits(16, 1026, 132, 1) == 8, "B1 H16 T64 L32k: 8 splits (one wave)");

@@ -86,25 +86,11 @@ def test_graph_replay_with_new_lengths(mla, ps):
         q_lens = [rng.randint(1, max_q) for _ in range(B)]
         kv_lens = [rng.randint(0, max_prefix) + t for t in q_lens]
         total = sum(q_lens)
-        qo_h = [0]
-        for t in q_lens:
-            qo_h.append(qo_h[-1] + t)
         # The planned row count is fixed: unused tail rows belong to no request
         # (qo_indptr[B] = total <= capacity); the kernel does not touch them.
-        pages = [(n + ps - 1) // ps for n in kv_lens]
-        ind_h = [0]
-        for n in pages:
-            ind_h.append(ind_h[-1] + n)
-        qo.copy_(torch.tensor(qo_h, dtype=torch.int32))
-        kv_indptr.copy_(torch.tensor(ind_h, dtype=torch.int32))
-        kv_indices[: ind_h[-1]].copy_(torch.randperm(num_pages, device=dev)[: ind_h[-1]].to(torch.int32))
-        kv_len.copy_(torch.tensor(kv_lens, dtype=torch.int32))
-        parents = []
-        for t in q_lens:
-            parents += testing.random_parents(rng.choice(["ddtree", "random", "chain"]), t, rng=rng)
-        tree.zero_()
-        tree[:total].copy_(masks.from_parents(torch.tensor(parents, dtype=torch.int32, device=dev),
-                                              qo, max_q_len=max_q))
+        testing.write_batch(q_lens, kv_lens, qo_indptr=qo, kv_indptr=kv_indptr, kv_indices=kv_indices,
+                            kv_len=kv_len, tree_mask=tree, page_size=ps, num_pages=num_pages, max_q_len=max_q,
+                            rng=rng)
         q.normal_()
         k.normal_()
         if v is not None:
@@ -124,24 +110,12 @@ def test_graph_replay_with_new_lengths(mla, ps):
     if mla and torch.cuda.get_device_capability() == (9, 0):
         tma = ps % 64 == 0
         assert info["name"].endswith(TMA_MLA if tma else CP_ASYNC_MLA) and info["k_tma"] == tma, info
-    g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        plan.run(q, k, v, out=out, lse=lse)  # warm up outside capture
-        torch.cuda.synchronize()
-        with torch.cuda.graph(g, stream=s):
-            plan.run(q, k, v, out=out, lse=lse)
-    torch.cuda.current_stream().wait_stream(s)
+    g = testing.captured(lambda: plan.run(q, k, v, out=out, lse=lse))
     assert plan.plans_made == 1
     for step in range(4):
         p = fill()
         total = p.total_q
-        out.fill_(float("nan"))
-        lse.fill_(float("nan"))
-        g.replay()
-        torch.cuda.synchronize()
-        got, got_lse = out[:total].clone(), lse[:total].clone()
+        got, got_lse = testing.replayed(g, out, lse, total)
         # The same plan run eagerly, and the one-shot call: the same bits.
         eager, eager_lse = plan.run(q, k, v, return_lse=True)
         assert torch.equal(got, eager[:total]), (seed, step)
@@ -187,14 +161,7 @@ def test_kv_slot_runs_hint_in_a_cuda_graph_plan():
     assert info["name"].endswith(TMA_ROWS_MLA) and info["k_tma"], info
     testing.run_plan(plan, p, out=out, lse=lse)
     torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        testing.run_plan(plan, p, out=out, lse=lse)
-        with torch.cuda.graph(g, stream=s):
-            testing.run_plan(plan, p, out=out, lse=lse)
-    torch.cuda.current_stream().wait_stream(s)
+    g = testing.captured(lambda: testing.run_plan(plan, p, out=out, lse=lse))
     b = make(9, ["scattered", "runs"])
     for n in ("q", "k", "kv_indices", "tree_mask"):
         getattr(p, n).copy_(getattr(b, n))

@@ -1189,7 +1189,10 @@ def plan_info(
       dict of the plan (``va_plan_info``): ``name``, ``tile_m``, ``tile_n``,
       ``num_warps``, ``num_stages``, ``num_splits``, ``smem_bytes``, ``sm_arch``,
       ``workspace_bytes``, ``k_tma`` / ``q_tma`` / ``o_tma`` (K tiles, the Q tile,
-      the unsplit output by bulk tensor copies), ``grid_rows_fastest``; plus
+      the unsplit output by bulk tensor copies), ``grid_rows_fastest``,
+      ``split_units`` (0, or the split CTAs per KV head and row tile that a
+      batch's requests share by their KV lengths: ``Tuning.balance_splits``;
+      ``num_splits`` is then a request's most splits); plus
       ``max_q_len``, ``max_kv_len``, ``kv_layout`` ("flat"/"paged"),
       ``v_is_k_prefix``. What it names is what the launch runs (no fallback
       happens at launch time). ``name`` is

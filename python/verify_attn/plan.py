@@ -73,6 +73,11 @@ class Tuning:
       max_smem_bytes: 0 (the device's) or plan as if a block had at most this
         much shared memory (101376: the configurations sm_120 runs, measurable
         on an sm_90 card).
+      balance_splits: None or True (the plan's rule: where the kernel can --
+        the portable warp-role GQA kernels, 2 to 32 requests, an automatic
+        split count -- a batch's split CTAs go to its requests by their device
+        KV lengths, a long request taking more splits than a short one) or
+        False (every request splits its KV range ``num_splits`` ways).
 
     Raises:
       TypeError / ValueError naming the field (``tuning.<field>``) at
@@ -86,6 +91,7 @@ class Tuning:
     q_tma: bool = True
     o_tma: bool = True
     max_smem_bytes: int = 0
+    balance_splits: Optional[bool] = None
 
     def __post_init__(self):
         self.options()
@@ -95,9 +101,10 @@ class Tuning:
                 raise ValueError(f"tuning.config: unknown configuration tag {self.config!r} (name one of: "
                                  f"{', '.join(tags)})")
 
-    def options(self) -> Tuple[str, int, int, int, int, int]:
+    def options(self) -> Tuple[str, int, int, int, int, int, int]:
         """The ``va_plan_options`` fields (config, grid_order, early_release,
-        q_tma, o_tma, max_smem_bytes); raises TypeError / ValueError naming the field."""
+        q_tma, o_tma, max_smem_bytes, balance_splits); raises TypeError /
+        ValueError naming the field."""
         if not isinstance(self.config, str):
             raise TypeError(f"tuning.config: expected a str, got {type(self.config).__name__}")
         if not isinstance(self.grid_order, str):
@@ -110,13 +117,15 @@ class Tuning:
         smem = _as_int(self.max_smem_bytes, "tuning.max_smem_bytes")
         if smem < 0 or smem > 2**31 - 1:
             raise ValueError(f"tuning.max_smem_bytes: must be in [0, 2^31-1], got {smem}")
-        return (self.config, _GRID_ORDERS[self.grid_order], early, q_tma, o_tma, smem)
+        balance = 0 if self.balance_splits is None else (1 if _as_bool(self.balance_splits, "tuning.balance_splits")
+                                                         else 2)
+        return (self.config, _GRID_ORDERS[self.grid_order], early, q_tma, o_tma, smem, balance)
 
 
 DEFAULT_OPTIONS = Tuning().options()
 
 
-def tuning_options(tuning: Optional[Tuning]) -> Tuple[str, int, int, int, int, int]:
+def tuning_options(tuning: Optional[Tuning]) -> Tuple[str, int, int, int, int, int, int]:
     """``Tuning.options()`` of ``tuning`` (None: the defaults); TypeError for another type."""
     if tuning is None:
         return DEFAULT_OPTIONS

@@ -63,6 +63,9 @@ __all__ = [
     "nan_outside_view",
     "plan_info",
     "plan",
+    "captured",
+    "write_batch",
+    "replayed",
     "KernelPath",
     "PATHS",
     "kernel_path",
@@ -610,6 +613,8 @@ class KernelPath:
       output from registers instead of by TMA.
     early_a0: the TMA kernel's early release of stage 0's blocks 0-3 on / off.
     grid_order: ``"rows"`` or ``"requests"``: the launch grid's order.
+    balance_splits: False: every request split ``num_splits`` ways instead of
+      the batch's split CTAs shared by KV length (``Tuning.balance_splits``).
     """
 
     config: Optional[str] = None
@@ -617,13 +622,15 @@ class KernelPath:
     o_tma: Optional[bool] = None
     early_a0: Optional[bool] = None
     grid_order: Optional[str] = None
+    balance_splits: Optional[bool] = None
 
     def tuning(self) -> "_va.Tuning":
         """The :class:`verify_attn.Tuning` of this path."""
         return _va.Tuning(config=self.config or "", grid_order=self.grid_order or "auto",
                           early_release=self.early_a0,
                           q_tma=True if self.q_tma is None else self.q_tma,
-                          o_tma=True if self.o_tma is None else self.o_tma)
+                          o_tma=True if self.o_tma is None else self.o_tma,
+                          balance_splits=self.balance_splits)
 
 
 PATHS: Dict[str, KernelPath] = {
@@ -634,6 +641,7 @@ PATHS: Dict[str, KernelPath] = {
     "cp_async": KernelPath(config=CP_ASYNC_MLA),
     "tma": KernelPath(config=TMA_MLA),
     "tma_rows": KernelPath(config=TMA_ROWS_MLA),
+    "unbalanced": KernelPath(balance_splits=False),  # every request split num_splits ways
 }
 
 _ACTIVE: List[KernelPath] = []
@@ -777,6 +785,59 @@ def run_plan(pl, p: Problem, **kwargs):
     """``pl.run`` on problem ``p``'s q and caches (``v`` None for MLA); ``kwargs``
     as :meth:`verify_attn.TreeAttentionPlan.run` takes them."""
     return pl.run(p.q, p.k, None if p.mla else p.v, **kwargs)
+
+
+def write_batch(q_lens: Sequence[int], kv_lens: Sequence[int], *, qo_indptr: torch.Tensor,
+                kv_indptr: torch.Tensor, kv_indices: torch.Tensor, kv_len: torch.Tensor,
+                tree_mask: torch.Tensor, page_size: int, num_pages: int, max_q_len: int,
+                rng: random.Random) -> None:
+    """Write a batch's indices in place into buffers planned at capacity (a CUDA
+    graph's): ``qo_indptr`` / ``kv_indptr`` / ``kv_len`` of these lengths, the
+    requests' pages drawn at random from ``num_pages`` into ``kv_indices``, and
+    a random tree (ddtree, random or chain) per request into ``tree_mask``
+    (zeros past the batch's rows)."""
+    total = sum(q_lens)
+    qo_h, ind_h = [0], [0]
+    for t, n in zip(q_lens, kv_lens):
+        qo_h.append(qo_h[-1] + t)
+        ind_h.append(ind_h[-1] + (n + page_size - 1) // page_size)
+    dev = qo_indptr.device
+    qo_indptr.copy_(torch.tensor(qo_h, dtype=torch.int32))
+    kv_indptr.copy_(torch.tensor(ind_h, dtype=torch.int32))
+    kv_indices[: ind_h[-1]].copy_(torch.randperm(num_pages, device=dev)[: ind_h[-1]].to(torch.int32))
+    kv_len.copy_(torch.tensor(list(kv_lens), dtype=torch.int32))
+    parents = []
+    for t in q_lens:
+        parents += random_parents(rng.choice(["ddtree", "random", "chain"]), t, rng=rng)
+    tree_mask.zero_()
+    tree_mask[:total].copy_(masks.from_parents(torch.tensor(parents, dtype=torch.int32, device=dev), qo_indptr,
+                                               max_q_len=max_q_len))
+
+
+def captured(fn) -> "torch.cuda.CUDAGraph":
+    """``fn()`` run once on a side stream (its warm-up: a plan's first run of a
+    layout plans it, which a capture must not), then captured there into a CUDA
+    graph, which is returned; the current stream waits for the side stream."""
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+        torch.cuda.synchronize()
+        with torch.cuda.graph(g, stream=s):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    return g
+
+
+def replayed(g: "torch.cuda.CUDAGraph", out: torch.Tensor, lse: torch.Tensor, rows: int):
+    """Replay graph ``g`` (which writes ``out`` / ``lse``) into NaN-poisoned
+    buffers, synchronize, and return copies of their first ``rows`` rows."""
+    out.fill_(float("nan"))
+    lse.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    return out[:rows].clone(), lse[:rows].clone()
 
 
 # ---------------------------------------------------------------------------

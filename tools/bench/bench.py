@@ -95,6 +95,9 @@ flags.DEFINE_enum("kv_dtype", "", ["", "fp8_e4m3"],
                   "and MLA; column ours_paged@fp8, with --sm120 also ours_paged@fp8_sm120; "
                   "per-tensor scales amax / 448; its error is against the q-dtype cache's float64 result, "
                   "quantization included). '': the cache in q's dtype only.")
+flags.DEFINE_bool("compare_unbalanced", False,
+                  "Also run our paged kernel with every request split num_splits ways instead of the batch's "
+                  "split CTAs shared by KV length (Tuning(balance_splits=False)): the column ours_paged@unbalanced.")
 flags.DEFINE_bool("sm120", False, "Also run our paged kernel planned as on sm_120 (the column ours_paged@sm120: "
                   "shared memory capped at 101,376 bytes per block, the configurations an RTX PRO 6000 "
                   "runs, on this card's SMs), with the mma.sync ceiling beside it.")
@@ -257,6 +260,8 @@ def build_impls(dry_run: bool, baselines_dir: str):
         ours.OursPaged(force_config=c, num_splits=ns) for c in FLAGS.compare_configs]
     if FLAGS.sm120:
         impls.append(ours.OursPaged(num_splits=ns, max_smem_bytes=ours.SM120_SMEM_BYTES, tag="sm120"))
+    if FLAGS.compare_unbalanced:
+        impls.append(ours.OursPaged(num_splits=ns, tag="unbalanced", balance_splits=False))
     if FLAGS.kv_dtype == "fp8_e4m3":
         impls.append(ours.OursPagedFp8(num_splits=ns))
         if FLAGS.sm120:

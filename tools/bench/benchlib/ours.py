@@ -63,17 +63,21 @@ class OursPaged(Impl):
     default configuration's output. ``num_splits``: the plan's forced split-K
     count (0: the plan's choice). ``max_smem_bytes`` (with ``tag``, e.g.
     ``sm120`` and 101376): the plan made as for a card with that much shared
-    memory per block, i.e. the configuration sm_120 runs, on this card."""
+    memory per block, i.e. the configuration sm_120 runs, on this card.
+    ``balance_splits`` False (with ``tag``): every request split ``num_splits``
+    ways instead of the batch's split CTAs shared by KV length
+    (``Tuning(balance_splits=False)``)."""
 
     name = "ours_paged"
     label = "verify_attn paged"
     competitor = False
     check_vs_ours = False
 
-    def __init__(self, force_config=None, num_splits=0, max_smem_bytes=0, tag=None):
+    def __init__(self, force_config=None, num_splits=0, max_smem_bytes=0, tag=None, balance_splits=None):
         self.force_config = force_config
         self.num_splits = num_splits
         self.max_smem_bytes = max_smem_bytes
+        self.balance_splits = balance_splits
         tag = tag or force_config
         if tag:
             self.name = f"ours_paged@{tag}"
@@ -84,9 +88,10 @@ class OursPaged(Impl):
         """The :class:`verify_attn.Tuning` of this column (None: the plan's rules)."""
         import verify_attn as va
 
-        if not self.force_config and not self.max_smem_bytes:
+        if not self.force_config and not self.max_smem_bytes and self.balance_splits is None:
             return None
-        return va.Tuning(config=self.force_config or "", max_smem_bytes=self.max_smem_bytes)
+        return va.Tuning(config=self.force_config or "", max_smem_bytes=self.max_smem_bytes,
+                         balance_splits=self.balance_splits)
 
     def _caches(self, inputs):
         """The caches this column runs on and the plan's keywords for them."""
