@@ -29,7 +29,7 @@ struct PagedLoader {
     indices = p.kv_indices;
     slot_begin = __ldg(p.kv_indptr + req);
     slot_end = __ldg(p.kv_indptr + req + 1);
-    kv_len_ = __ldg(p.kv_len + req);
+    kv_len_ = request_kv_len(p, req);
     page_size = p.page_size;
     num_pages = p.num_pages;
     k_head_off = hk * p.k_stride_head;
