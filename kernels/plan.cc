@@ -60,6 +60,12 @@ constexpr int kMaxAutoSplits = 128;
 // The 32-row GQA kernel only where each CTA keeps at least this many KV tiles
 // (make_plan).
 constexpr int kMinR32Tiles = 16;
+// Balanced splits by the plan's rule (VA_AUTO) only where a split of the
+// longest request holds at least this many KV tiles: the device-side
+// allocation costs a few dependent loads before a CTA's first tile, which
+// only a balance that takes tiles off the longest request's splits repays
+// (BENCHMARKS.md table 5).
+constexpr int kMinBalancedSplitTiles = 8;
 
 // The wgmma kernel has a body only in an sm_90a image (a plain sm_90 or
 // compute_90 image gets a stub that traps): never plan it without one.
@@ -491,10 +497,13 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
   // units - (B - 1) of them (every other request at least one) and never more
   // splits than the host bound's tiles (kernels/core/balanced_splits.cuh
   // clamps at the slots, so a device length past max_kv_len stays in the
-  // workspace).
+  // workspace). VA_AUTO: only where the longest request's splits would hold
+  // kMinBalancedSplitTiles tiles each; VA_ON: wherever the kernel can.
   plan->split_units = 0;
-  if (d.balance && !kv_fp8 && p.num_splits == 0 && opt.balance_splits != VA_OFF && splits > 1 &&
-      p.batch_size >= 2 && p.batch_size <= kMaxBalancedBatch) {
+  const bool balance_pays = opt.balance_splits == VA_ON ||
+                            (kv_tiles + splits - 1) / std::max<int64_t>(splits, 1) >= kMinBalancedSplitTiles;
+  if (d.balance && !kv_fp8 && p.num_splits == 0 && opt.balance_splits != VA_OFF && balance_pays &&
+      splits > 1 && p.batch_size >= 2 && p.batch_size <= kMaxBalancedBatch) {
     const int64_t units = static_cast<int64_t>(p.batch_size) * splits;
     plan->split_units = static_cast<int>(units);
     splits = std::max<int64_t>(2, std::min<int64_t>(units - p.batch_size + 1, kv_tiles));

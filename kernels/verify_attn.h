@@ -225,13 +225,15 @@ typedef struct va_plan_options {
                              much shared memory per block (101376: sm_120's configuration
                              choice, measurable on an sm_90 card) */
   int32_t balance_splits; /* va_switch: how an automatic split-K count is spread over a batch
-                             of several requests. VA_AUTO / VA_ON: where the kernel can (the
-                             portable warp-role GQA kernels, 2 to 32 requests), the plan's
-                             requests x splits CTAs of each (KV head, row tile) go to the
-                             requests by their device KV lengths, each split of a request
-                             taking at most the same number of KV tiles (a long request gets
-                             more splits, a short one fewer; FlashInfer's split-KV planning
-                             does this on the host); VA_OFF: every request splits its KV range
+                             of several requests. VA_ON: where the kernel can (the portable
+                             warp-role GQA kernels, 2 to 32 requests), the plan's requests x
+                             splits CTAs of each (KV head, row tile) go to the requests by
+                             their device KV lengths, each split of a request taking at most
+                             the same number of KV tiles (a long request gets more splits, a
+                             short one fewer; FlashInfer's split-KV planning does this on the
+                             host); VA_AUTO: so where, besides, a split of max_kv_len would
+                             hold 8 KV tiles or more (below that the allocation costs more
+                             than it can save); VA_OFF: every request splits its KV range
                              num_splits ways. A forced num_splits never balances. */
 } va_plan_options;
 

@@ -92,7 +92,10 @@ __device__ __forceinline__ void merge_row(const float* __restrict__ ws_o,
       wsum += fmaxf(w_lane, 0.f);
       const int n = min(32, splits - s0);
       for (int j = 0; j < n; j += kBatch) {
-        if (s0 + j > 0 || n > early) load_partials<DV, kBatch>(x, o0 + (s0 + j) * stride, stride, n - j);
+        // The first batch is in flight already unless it held fewer splits
+        // than this row has (a balanced row past `first`).
+        if (s0 + j > 0 || early < min(kBatch, n))
+          load_partials<DV, kBatch>(x, o0 + (s0 + j) * stride, stride, n - j);
 #pragma unroll
         for (int b = 0; b < kBatch; ++b) {
           if (j + b >= n) break;  // warp-uniform

@@ -678,8 +678,12 @@ int main() {
       p.mask_mode = causal ? VA_MASK_CAUSAL : VA_MASK_TREE;
       p.num_splits = trial % 4 == 1 ? 1 + rng() % 40 : 0;
       const va::DeviceInfo& dev = trial % 5 == 0 ? sm120 : sm90;
+      // Half of the GQA mixes balanced wherever the kernel can, the others by the plan's rule.
+      g_opt.balance_splits = (trial / 2) % 2 ? VA_ON : VA_AUTO;
       va::Plan plan;
-      if (make_plan(p, dev, &plan) != VA_OK) {
+      const va_status st = make_plan(p, dev, &plan);
+      g_opt.balance_splits = VA_AUTO;
+      if (st != VA_OK) {
         CHECK(false, "make_plan: %s", va_last_error_message());
         continue;
       }
@@ -821,16 +825,28 @@ int main() {
     CHECK(balanced_counts({64000, 64}, 64, 8, 7) == (V{7, 1}), "a request's splits stop at the slots");
     // A ragged GQA batch on the warp-role kernel (sm_90 and as on sm_120):
     // the plan's split count times the batch, pooled; the workspace holds a
-    // request's most splits.
+    // request's most splits. VA_ON balances wherever the kernel can, VA_AUTO
+    // only where a split of max_kv_len holds 8 KV tiles or more (4k rows:
+    // 64 tiles in more than 8 splits; 64k rows: 1,024 tiles).
     for (const va::DeviceInfo* dev : {&sm90, &sm120}) {
       va_params p = shape(false, 128, 16, 2, 3, 16, 4096);
       g_opt.balance_splits = VA_OFF;
       va::Plan off;
-      CHECK(make_plan(p, *dev, &off) == VA_OK && off.split_units == 0 && off.splits > 1, "balance off: %d splits",
+      CHECK(make_plan(p, *dev, &off) == VA_OK && off.split_units == 0 && off.splits > 8, "balance off: %d splits",
             off.splits);
       g_opt.balance_splits = VA_AUTO;
+      va::Plan automatic;
+      CHECK(make_plan(p, *dev, &automatic) == VA_OK && automatic.split_units == 0 &&
+                automatic.splits == off.splits,
+            "auto, %d tiles per split: not balanced (%d units)", (64 + off.splits - 1) / off.splits,
+            automatic.split_units);
+      g_opt.balance_splits = VA_ON;
       va::Plan on;
       CHECK(make_plan(p, *dev, &on) == VA_OK, "%s", va_last_error_message());
+      va_params longer = shape(false, 128, 16, 2, 3, 16, 65536);
+      g_opt.balance_splits = VA_AUTO;
+      va::Plan long_auto;
+      CHECK(make_plan(longer, *dev, &long_auto) == VA_OK, "%s", va_last_error_message());
       // The warp-role kernel where the build has the device's arch-specific
       // image; the one-tile kernel (no balanced splits) otherwise.
       if (va::config_desc(on.config).balance) {
@@ -840,9 +856,15 @@ int main() {
         unsigned gx, gy, gz;
         va::launch_grid(on, false, 3, 2, &gx, &gy, &gz);
         CHECK(gx == 2 && gz == static_cast<unsigned>(on.split_units), "balanced grid %u x %u x %u", gx, gy, gz);
+        CHECK(long_auto.split_units > 0 && long_auto.split_units % 3 == 0 &&
+                  1024 / (long_auto.split_units / 3) >= 8,
+              "auto, 64k rows: balanced (%d units, %s)", long_auto.split_units, long_auto.name);
       } else {
         CHECK(on.split_units == 0 && on.splits == off.splits, "%s: no balanced splits", on.name);
+        CHECK(long_auto.split_units == 0, "%s: no balanced splits", long_auto.name);
       }
+      // Where even VA_ON does not balance.
+      g_opt.balance_splits = VA_ON;
       va::Plan other;
       p.num_splits = 4;
       CHECK(make_plan(p, *dev, &other) == VA_OK && other.split_units == 0 && other.splits == 4, "forced splits");

@@ -3,8 +3,10 @@ the split CTAs of each (KV head, row tile) go to a batch's requests by their dev
 lengths, a long request taking more splits than a short one.
 
 * ragged batches on the GQA warp-role kernels (16 and 32 rows per consumer warp), paged
-  (page_size 1 and 16) and flat, bf16 and fp16: the plan balances (``split_units`` > 0), and
-  the result matches the float64 reference, as the unbalanced plan's does;
+  (page_size 1 and 16) and flat, bf16 and fp16, balanced by request (``balance_splits=True``;
+  the plan's own rule balances only where a split holds 8 KV tiles, tested in
+  kernels/tests/plan_test.cc): the plan balances (``split_units`` > 0), and the result
+  matches the float64 reference, as the unbalanced plan's does;
 * one CUDA graph, planned and captured once, replayed with new lengths whose longest request
   moves from slot to slot of the batch: the allocation follows the device lengths (every
   replay equals the eager run of the same plan bit for bit, and the reference);
@@ -67,7 +69,7 @@ def test_balanced_batch_matches_reference(config, layout, page_size, dtype):
     tag, model, q_len = CONFIGS[config]
     seed = new_seed()
     p = ragged(seed, model, q_len, layout=layout, page_size=page_size or 1, dtype=dtype)
-    with testing.kernel_path(testing.KernelPath(config=tag)):
+    with testing.kernel_path(testing.KernelPath(config=tag, balance_splits=True)):
         info = _balanced_info(p)
         assert info["name"].endswith(tag), info
         out, lse = testing.run(p)
@@ -82,7 +84,7 @@ def test_balanced_batch_matches_reference(config, layout, page_size, dtype):
 
 def test_forced_split_count_is_not_balanced():
     p = ragged(new_seed(), GQA128, 16)
-    with testing.kernel_path(testing.KernelPath(config=testing.ROLES_GQA[128])):
+    with testing.kernel_path(testing.KernelPath(config=testing.ROLES_GQA[128], balance_splits=True)):
         assert testing.plan_info(p)["split_units"] > 0
         info = testing.plan_info(p, num_splits=5)
         assert info["split_units"] == 0 and info["num_splits"] == 5, info
@@ -130,7 +132,7 @@ def test_graph_replay_rebalances_with_new_lengths():
     plan = verify_attn.TreeAttentionPlan(
         qo, kv_indptr, kv_indices, kv_len, num_qo_heads=H, num_kv_heads=hkv, head_dim_qk=d, head_dim_vo=d,
         page_size=ps, tree_mask=tree, dtype=dt, max_q_len=max_q, max_kv_len=max_kv,
-        tuning=verify_attn.Tuning(config=testing.ROLES_GQA[128]))
+        tuning=verify_attn.Tuning(config=testing.ROLES_GQA[128], balance_splits=True))
     info = plan.info(q, k, v, out=out, lse=lse)
     assert info["split_units"] > 0 and info["workspace_bytes"] > 0, info
     g = testing.captured(lambda: plan.run(q, k, v, out=out, lse=lse))
@@ -151,7 +153,7 @@ def test_unused_slots_hold_an_earlier_calls_rows():
     seed = new_seed()
     p = testing.make_problem([16, 16, 16], [5000, 5000, 5000], model=GQA128, layout="paged", page_size=1,
                              tree="random", poison=False, seed=seed, device=DEV)
-    with testing.kernel_path(testing.KernelPath(config=testing.ROLES_GQA[128])):
+    with testing.kernel_path(testing.KernelPath(config=testing.ROLES_GQA[128], balance_splits=True)):
         pl = testing.plan(p)
         assert pl.info(p.q, p.k, p.v)["split_units"] > 0
         out, lse = testing.run_plan(pl, p, return_lse=True)
@@ -196,7 +198,7 @@ def test_bad_request_in_a_balanced_batch(bad, _clean_errors):
         kvl[1] = 5  # below request 1's 12 drafts
         q = p.replace(kv_len=kvl)
         bit = errors.ERR_KV_SHORT
-    with testing.kernel_path(testing.KernelPath(config=tag)):
+    with testing.kernel_path(testing.KernelPath(config=tag, balance_splits=True)):
         assert testing.plan_info(q)["split_units"] > 0
         out, _ = testing.run(q)
     with pytest.raises(verify_attn.KernelInputError) as ei:

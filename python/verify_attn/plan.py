@@ -73,11 +73,12 @@ class Tuning:
       max_smem_bytes: 0 (the device's) or plan as if a block had at most this
         much shared memory (101376: the configurations sm_120 runs, measurable
         on an sm_90 card).
-      balance_splits: None or True (the plan's rule: where the kernel can --
-        the portable warp-role GQA kernels, 2 to 32 requests, an automatic
-        split count -- a batch's split CTAs go to its requests by their device
-        KV lengths, a long request taking more splits than a short one) or
-        False (every request splits its KV range ``num_splits`` ways).
+      balance_splits: True: where the kernel can (the portable warp-role GQA
+        kernels, 2 to 32 requests, an automatic split count), a batch's split
+        CTAs go to its requests by their device KV lengths, a long request
+        taking more splits than a short one; None (the plan's rule): so where,
+        besides, a split of ``max_kv_len`` would hold 8 KV tiles or more;
+        False: every request splits its KV range ``num_splits`` ways.
 
     Raises:
       TypeError / ValueError naming the field (``tuning.<field>``) at

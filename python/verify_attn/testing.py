@@ -613,8 +613,9 @@ class KernelPath:
       output from registers instead of by TMA.
     early_a0: the TMA kernel's early release of stage 0's blocks 0-3 on / off.
     grid_order: ``"rows"`` or ``"requests"``: the launch grid's order.
-    balance_splits: False: every request split ``num_splits`` ways instead of
-      the batch's split CTAs shared by KV length (``Tuning.balance_splits``).
+    balance_splits: True: the batch's split CTAs shared by KV length wherever
+      the kernel can; False: every request split ``num_splits`` ways
+      (``Tuning.balance_splits``).
     """
 
     config: Optional[str] = None
@@ -641,6 +642,7 @@ PATHS: Dict[str, KernelPath] = {
     "cp_async": KernelPath(config=CP_ASYNC_MLA),
     "tma": KernelPath(config=TMA_MLA),
     "tma_rows": KernelPath(config=TMA_ROWS_MLA),
+    "balanced": KernelPath(balance_splits=True),     # split CTAs by KV length wherever the kernel can
     "unbalanced": KernelPath(balance_splits=False),  # every request split num_splits ways
 }
 

@@ -95,9 +95,10 @@ flags.DEFINE_enum("kv_dtype", "", ["", "fp8_e4m3"],
                   "and MLA; column ours_paged@fp8, with --sm120 also ours_paged@fp8_sm120; "
                   "per-tensor scales amax / 448; its error is against the q-dtype cache's float64 result, "
                   "quantization included). '': the cache in q's dtype only.")
-flags.DEFINE_bool("compare_unbalanced", False,
-                  "Also run our paged kernel with every request split num_splits ways instead of the batch's "
-                  "split CTAs shared by KV length (Tuning(balance_splits=False)): the column ours_paged@unbalanced.")
+flags.DEFINE_list("compare_balance", [],
+                  "Also run our paged kernel with balanced splits forced: 'on' (the batch's split CTAs shared by "
+                  "KV length wherever the kernel can, Tuning(balance_splits=True): column ours_paged@balanced), "
+                  "'off' (every request split num_splits ways, Tuning(balance_splits=False): ours_paged@unbalanced).")
 flags.DEFINE_bool("sm120", False, "Also run our paged kernel planned as on sm_120 (the column ours_paged@sm120: "
                   "shared memory capped at 101,376 bytes per block, the configurations an RTX PRO 6000 "
                   "runs, on this card's SMs), with the mma.sync ceiling beside it.")
@@ -212,6 +213,9 @@ def flag_errors():
     if unknown:
         errs.append(f"--baselines: unknown {', '.join(map(repr, unknown))}; expected some of "
                     f"{', '.join(KNOWN_BASELINES)}")
+    bad = [m for m in FLAGS.compare_balance if m not in ("on", "off")]
+    if bad or len(set(FLAGS.compare_balance)) != len(FLAGS.compare_balance):
+        errs.append(f"--compare_balance: 'on' and / or 'off', each once (got {','.join(FLAGS.compare_balance)})")
     if FLAGS.compare_configs:
         try:  # the plan's own list (C-ABI va_config_tags); the extension loads without a GPU
             import verify_attn
@@ -260,8 +264,9 @@ def build_impls(dry_run: bool, baselines_dir: str):
         ours.OursPaged(force_config=c, num_splits=ns) for c in FLAGS.compare_configs]
     if FLAGS.sm120:
         impls.append(ours.OursPaged(num_splits=ns, max_smem_bytes=ours.SM120_SMEM_BYTES, tag="sm120"))
-    if FLAGS.compare_unbalanced:
-        impls.append(ours.OursPaged(num_splits=ns, tag="unbalanced", balance_splits=False))
+    for mode in FLAGS.compare_balance:
+        on = {"on": True, "off": False}[mode]
+        impls.append(ours.OursPaged(num_splits=ns, tag="balanced" if on else "unbalanced", balance_splits=on))
     if FLAGS.kv_dtype == "fp8_e4m3":
         impls.append(ours.OursPagedFp8(num_splits=ns))
         if FLAGS.sm120:
