@@ -53,7 +53,10 @@ __device__ __forceinline__ void merge_row(const float* __restrict__ ws_o,
   // This lane's columns of split 0's partial row, and the first batch: of the
   // `first` splits most rows have (balanced splits: a row may have up to
   // `splits`, most have the plan's split count), so that the speculative loads
-  // do not read slots no split wrote.
+  // of a batch that cannot gain read no more than the plan's count. A short
+  // request's rows may load slots it did not write (another call's rows, or
+  // never-written memory: compute-sanitizer's initcheck reports those); only
+  // the splits below `used` are summed.
   const float* o0 = ws_o + row * DV + 2 * lane;
   float2 x[kBatch][kIters];
   const int early = min(kBatch, min(first, splits));
