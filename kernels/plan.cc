@@ -500,10 +500,9 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
   // workspace). VA_AUTO: only where the longest request's splits would hold
   // kMinBalancedSplitTiles tiles each; VA_ON: wherever the kernel can.
   plan->split_units = 0;
-  const bool balance_pays = opt.balance_splits == VA_ON ||
-                            (kv_tiles + splits - 1) / std::max<int64_t>(splits, 1) >= kMinBalancedSplitTiles;
-  if (d.balance && !kv_fp8 && p.num_splits == 0 && opt.balance_splits != VA_OFF && balance_pays &&
-      splits > 1 && p.batch_size >= 2 && p.batch_size <= kMaxBalancedBatch) {
+  if (d.balance && !kv_fp8 && p.num_splits == 0 && opt.balance_splits != VA_OFF && splits > 1 &&
+      p.batch_size >= 2 && p.batch_size <= kMaxBalancedBatch &&
+      (opt.balance_splits == VA_ON || (kv_tiles + splits - 1) / splits >= kMinBalancedSplitTiles)) {
     const int64_t units = static_cast<int64_t>(p.batch_size) * splits;
     plan->split_units = static_cast<int>(units);
     splits = std::max<int64_t>(2, std::min<int64_t>(units - p.batch_size + 1, kv_tiles));

@@ -660,7 +660,8 @@ struct Plan {
   // slots per row (a request's most splits). Grid z holds these CTAs and x
   // the KV heads only (launch_grid). Where the kernel can
   // (ConfigDesc::balance), for an automatic split count above 1 over 2 to
-  // kMaxBalancedBatch requests, unless the options turn it off.
+  // kMaxBalancedBatch requests: with VA_ON always, with VA_AUTO where a split
+  // of max_kv_len holds kMinBalancedSplitTiles KV tiles (plan.cc).
   int split_units;
   int64_t ws_rows;       // total_q * num_qo_heads (rows of the partial arrays)
   size_t ws_o_bytes;     // splits * ws_rows * Dv * 4 (0 when splits == 1)

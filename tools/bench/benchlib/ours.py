@@ -64,9 +64,9 @@ class OursPaged(Impl):
     count (0: the plan's choice). ``max_smem_bytes`` (with ``tag``, e.g.
     ``sm120`` and 101376): the plan made as for a card with that much shared
     memory per block, i.e. the configuration sm_120 runs, on this card.
-    ``balance_splits`` False (with ``tag``): every request split ``num_splits``
-    ways instead of the batch's split CTAs shared by KV length
-    (``Tuning(balance_splits=False)``)."""
+    ``balance_splits`` (with ``tag``): True, the batch's split CTAs shared by
+    KV length wherever the kernel can; False, every request split
+    ``num_splits`` ways (``Tuning(balance_splits=...)``)."""
 
     name = "ours_paged"
     label = "verify_attn paged"

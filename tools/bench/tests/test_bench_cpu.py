@@ -1177,6 +1177,8 @@ def test_bench_baselines_flag_flashmla(tmp_path):
                                                 "mla_m32n32_s1, gqa_d64_m64n64_s2, gqa_d128_m64n64_s2"),
     (["--num_splits=-1"], "--num_splits: must be in [0, 65535] (got -1)"),
     (["--num_splits=65536"], "--num_splits: must be in [0, 65535] (got 65536)"),
+    (["--compare_balance=on,maybe"], "--compare_balance: 'on' and / or 'off', each once (got on,maybe)"),
+    (["--compare_balance=off,off"], "--compare_balance: 'on' and / or 'off', each once (got off,off)"),
 ])
 def test_bench_flag_errors(args, match):
     bench = _bench_module()
