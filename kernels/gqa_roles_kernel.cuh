@@ -119,7 +119,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_kernel(const Ker
                                  lt / kTpr);
         },
         [&](const ResolvedRow& r, int st) {
-          copy_rows_async<N, 32 * LW, D, KS, D, KS, true>(sK + st * N * KS, sV + st * N * KS, gk, gv, r, lt);
+          copy_resolved_rows_lines<N, 32 * LW, D, KS>(sK + st * N * KS, gk, r.k_off, r.ok, lt);
+          copy_resolved_rows_lines<N, 32 * LW, D, KS>(sV + st * N * KS, gv, r.v_off, r.ok, lt);
         });
     sm90::named_barrier_arrive(kDone, Shape::kThreads);
     return;

@@ -156,11 +156,10 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_r32_kernel(const
       const ResolvedRow r =
           ResolvedRow::of(KvTileRows<Loader>{loader, (rt.tile_begin + i) * N, rt.kv_len, &s_bad_kv}, row);
       if (i > 0) mbar_wait(empty + kK, released);
-      copy_rows_async<N, 32 * LW, D, KS, D, KS, false>(sK, sK, gk, gk, r, lt);
+      copy_resolved_rows_lines<N, 32 * LW, D, KS>(sK, gk, r.k_off, r.ok, lt);
       sm90::cp_async_arrive_noinc(full + kK);
       if (i > 0) mbar_wait(empty + kV, released);
-      // V through the K arguments: its offset in the K slot.
-      copy_rows_async<N, 32 * LW, D, KS, D, KS, false>(sV, sV, gv, gv, ResolvedRow{r.v_off, 0, r.ok}, lt);
+      copy_resolved_rows_lines<N, 32 * LW, D, KS>(sV, gv, r.v_off, r.ok, lt);
       sm90::cp_async_arrive_noinc(full + kV);
     }
     // These copies complete on `full`, never on a commit group: commit them so

@@ -106,6 +106,40 @@ struct ResolvedRow {
   }
 };
 
+// The copies of a warp-role kernel's load threads, each holding one resolved
+// row of the tile (ResolvedRow: thread t resolved row t / (NTHREADS / ROWS),
+// so a warp's lanes hold 32 / (NTHREADS / ROWS) consecutive rows), issued so
+// that each instruction's lanes cover whole rows: kLpr consecutive lanes copy
+// one row's consecutive 16-byte chunks (16 lanes: a 256-byte D128 row, 8: a
+// 128-byte D64 one), the row's offset and verdict shuffled from a lane that
+// resolved it. One instruction then asks L2 for whole 128-byte lines, where
+// two lanes per row ask for one 32-byte sector of 16 rows each (twice the L2
+// requests of the bytes). off: the K or the V offset of the thread's row.
+template <int ROWS, int NTHREADS, int D, int STRIDE, typename DT>
+__device__ __forceinline__ void copy_resolved_rows_lines(DT* s, const DT* g, int64_t off, bool ok, int tid) {
+  constexpr int kTpr = NTHREADS / ROWS;  // threads that resolved each row
+  constexpr int kWarpRows = 32 / kTpr;   // rows a warp's lanes resolved
+  constexpr int kChunks = D / kChunkElems;
+  constexpr int kLpr = kChunks < 32 ? kChunks : 32;  // lanes per row in one instruction
+  constexpr int kRpi = 32 / kLpr;                     // rows per instruction
+  static_assert(NTHREADS % ROWS == 0 && 32 % kTpr == 0 && 32 % kLpr == 0 && kChunks % kLpr == 0 &&
+                    kWarpRows % kRpi == 0,
+                "whole rows per warp and instruction");
+  const int lane = tid & 31, wrow0 = (tid >> 5) * kWarpRows;
+  const int sub = lane % kLpr, rsub = lane / kLpr;
+  const int okw = ok ? 1 : 0;
+#pragma unroll
+  for (int k = 0; k < kWarpRows / kRpi; ++k) {
+    const int rr = k * kRpi + rsub;  // the row in the warp's, resolved by lane rr * kTpr
+    const int64_t o = __shfl_sync(0xffffffffu, off, rr * kTpr);
+    const bool okr = __shfl_sync(0xffffffffu, okw, rr * kTpr) != 0;
+    const DT* gs = okr ? g + o : g;  // not dereferenced when !okr
+#pragma unroll
+    for (int c = sub; c < kChunks; c += kLpr)
+      cp_async_16(s + (wrow0 + rr) * STRIDE + c * kChunkElems, gs + c * kChunkElems, okr);
+  }
+}
+
 }  // namespace verify_attn
 
 #endif  // VERIFY_ATTN_LOADERS_TILE_COPY_CUH_
