@@ -106,15 +106,19 @@ struct ResolvedRow {
   }
 };
 
-// The copies of a warp-role kernel's load threads, each holding one resolved
-// row of the tile (ResolvedRow: thread t resolved row t / (NTHREADS / ROWS),
-// so a warp's lanes hold 32 / (NTHREADS / ROWS) consecutive rows), issued so
-// that each instruction's lanes cover whole rows: kLpr consecutive lanes copy
-// one row's consecutive 16-byte chunks (16 lanes: a 256-byte D128 row, 8: a
-// 128-byte D64 one), the row's offset and verdict shuffled from a lane that
-// resolved it. One instruction then asks L2 for whole 128-byte lines, where
-// two lanes per row ask for one 32-byte sector of 16 rows each (twice the L2
-// requests of the bytes). off: the K or the V offset of the thread's row.
+// The copies of a warp-role GQA kernel's load threads, each holding one
+// resolved row of the tile (ResolvedRow: thread t resolved row t / (NTHREADS /
+// ROWS), so a warp's lanes hold 32 / (NTHREADS / ROWS) consecutive rows),
+// issued so that each instruction's lanes cover whole rows: kLpr consecutive
+// lanes copy one row's consecutive 16-byte chunks (16 lanes: a 256-byte D128
+// row, 8: a 128-byte D64 one), the row's offset and verdict shuffled from a
+// lane that resolved it. An instruction then asks L2 for whole 128-byte
+// lines; copy_rows_async's two lanes per row ask for one 32-byte sector of
+// each of 16 rows, and L2, which fills from DRAM in 64-byte pieces, sees
+// twice the requests (half of them hits) for the same bytes
+// (docs/design_portable.md, "Load warps"). off: the K or the V offset of the
+// thread's row. Four rows' shuffles at a time: the 32-row kernel's load warps
+// (40 registers) spill on sm_120a with all of them hoisted.
 template <int ROWS, int NTHREADS, int D, int STRIDE, typename DT>
 __device__ __forceinline__ void copy_resolved_rows_lines(DT* s, const DT* g, int64_t off, bool ok, int tid) {
   constexpr int kTpr = NTHREADS / ROWS;  // threads that resolved each row
@@ -128,7 +132,7 @@ __device__ __forceinline__ void copy_resolved_rows_lines(DT* s, const DT* g, int
   const int lane = tid & 31, wrow0 = (tid >> 5) * kWarpRows;
   const int sub = lane % kLpr, rsub = lane / kLpr;
   const int okw = ok ? 1 : 0;
-#pragma unroll
+#pragma unroll 4
   for (int k = 0; k < kWarpRows / kRpi; ++k) {
     const int rr = k * kRpi + rsub;  // the row in the warp's, resolved by lane rr * kTpr
     const int64_t o = __shfl_sync(0xffffffffu, off, rr * kTpr);
