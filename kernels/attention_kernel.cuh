@@ -110,8 +110,20 @@ __global__ void __launch_bounds__(Shape::kThreads, VA_MIN_BLOCKS(Shape))
 
   auto load_kv = [&](int tile, int buf) {
     const int j0 = tile * N;
-    copy_rows_async<N, kThreads, DQK, KS, DV, VS, !Shape::kVIsK>(
-        sK + buf * N * KS, sV + buf * N * VS, gk, gv, KvTileRows<Loader>{loader, j0, kv_len, &s_bad_kv}, tid);
+    const KvTileRows<Loader> rows{loader, j0, kv_len, &s_bad_kv};
+    if constexpr (!Shape::kVIsK && DQK <= 128 && kThreads % N == 0) {
+      // GQA up to head_dim 128: each thread resolves one row, each
+      // instruction copies whole rows (copy_resolved_rows_lines: whole
+      // 128-byte lines per L2 request). At head_dim 256 copy_rows_async's
+      // 8 threads per row already cover a 128-byte line per row and
+      // instruction (whole-row copies measured level there).
+      const ResolvedRow r = ResolvedRow::of(rows, tid / (kThreads / N));
+      copy_resolved_rows_lines<N, kThreads, DQK, KS>(sK + buf * N * KS, gk, r.k_off, r.ok, tid);
+      copy_resolved_rows_lines<N, kThreads, DV, VS>(sV + buf * N * VS, gv, r.v_off, r.ok, tid);
+    } else {
+      copy_rows_async<N, kThreads, DQK, KS, DV, VS, !Shape::kVIsK>(sK + buf * N * KS, sV + buf * N * VS, gk, gv,
+                                                                   rows, tid);
+    }
   };
   // fp8: thread tid holds chunks of row tid / kFpTpr of a tile's K and V.
   constexpr bool kFp8 = IsKvFp8<Shape>::value;

@@ -106,19 +106,21 @@ struct ResolvedRow {
   }
 };
 
-// The copies of a warp-role GQA kernel's load threads, each holding one
-// resolved row of the tile (ResolvedRow: thread t resolved row t / (NTHREADS /
-// ROWS), so a warp's lanes hold 32 / (NTHREADS / ROWS) consecutive rows),
-// issued so that each instruction's lanes cover whole rows: kLpr consecutive
-// lanes copy one row's consecutive 16-byte chunks (16 lanes: a 256-byte D128
-// row, 8: a 128-byte D64 one), the row's offset and verdict shuffled from a
-// lane that resolved it. An instruction then asks L2 for whole 128-byte
-// lines; copy_rows_async's two lanes per row ask for one 32-byte sector of
+// The copies of threads that each hold one resolved row of a GQA tile (the
+// warp-role kernels' load threads, the one-tile kernel's threads up to head_dim
+// 128; ResolvedRow: thread t resolved row t / (NTHREADS / ROWS), so a warp's
+// lanes hold 32 / (NTHREADS / ROWS) consecutive rows), issued so that each
+// instruction's lanes cover whole rows: kLpr consecutive lanes copy one row's
+// consecutive 16-byte chunks (16 lanes: a 256-byte D128 row, 8: a 128-byte
+// D64 one), the row's offset and verdict shuffled from a lane that resolved
+// it. An instruction then asks L2 for whole 128-byte lines; copy_rows_async's
+// two lanes per row (the warp-role kernels) ask for one 32-byte sector of
 // each of 16 rows, and L2, which fills from DRAM in 64-byte pieces, sees
 // twice the requests (half of them hits) for the same bytes
-// (docs/design_portable.md, "Load warps"). off: the K or the V offset of the
-// thread's row. Four rows' shuffles at a time: the 32-row kernel's load warps
-// (40 registers) spill on sm_120a with all of them hoisted.
+// (docs/design_portable.md, "Load warps: whole rows per instruction"). off:
+// the K or the V offset of the thread's row. Four rows' shuffles at a time:
+// the 32-row kernel's load warps (40 registers) spill on sm_120a with all of
+// them hoisted.
 template <int ROWS, int NTHREADS, int D, int STRIDE, typename DT>
 __device__ __forceinline__ void copy_resolved_rows_lines(DT* s, const DT* g, int64_t off, bool ok, int tid) {
   constexpr int kTpr = NTHREADS / ROWS;  // threads that resolved each row
