@@ -19,8 +19,8 @@ Run by tools/gpu_run.sh under memcheck, racecheck and initcheck:
 "mla_", head_dim d GQA calls if it starts with "gqa_d<d>_"; the plan chooses
 for the others). racecheck runs on the one-tile kernels, the only ones whose
 hand-offs it models (gpu_run.sh); --config=gqa_d128_roles_m256n64, the
-warp-role GQA kernel with 256 rows per CTA that the plan never picks, runs
-every head_dim 128 GQA case, the bad-index ones included;
+warp-role GQA kernel with 256 rows per CTA (the plan's from 256 rows per KV
+head), runs every head_dim 128 GQA case, the bad-index ones included;
 --o_tma=off stores the unsplit output from registers (initcheck does not see
 the copy engine's stores).
 """
