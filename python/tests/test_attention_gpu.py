@@ -266,7 +266,7 @@ def run_case(c, seed, device="cuda"):
 # few request-heads, the one-tile kernel otherwise), and each of the three forced: the warp-role
 # kernel ("gqa_roles", testing.ROLES_GQA, also where most of its warps idle),
 # its form with 32 rows per consumer warp and 256 per CTA ("gqa_roles_r32",
-# testing.ROLES_R32_GQA, which the plan never picks) and the one-tile kernel
+# testing.ROLES_R32_GQA, the plan's from 256 rows per KV head) and the one-tile kernel
 # ("gqa_tile", testing.ONE_TILE_GQA).
 CASE_PATHS = ([(c, "auto") for c in CASES] + [(c, "mma_sync") for c in CASES if MODELS[c["model"]].mla]
               + [(c, "mma_split") for c in CASES if MODELS[c["model"]].mla]

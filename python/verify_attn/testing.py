@@ -597,8 +597,8 @@ TMA_ROWS_MLA = "mla_wgmma_seesaw_tma_rows"    # sm_90a: K by TMA through the row
 # GQA / MHA by head_dim: the warp-role kernel (the plan's choice where the
 # wheel has the device's arch-specific image) and the one-tile kernel behind it.
 ROLES_GQA = {64: "gqa_d64_roles_m128n64", 128: "gqa_d128_roles_m128n64"}
-# The warp-role kernel with 32 rows per consumer warp (256 per CTA): never the
-# plan's choice, run only when forced (not yet measured on a GPU).
+# The warp-role kernel with 32 rows per consumer warp (256 per CTA): the plan's
+# choice from 256 rows per KV head where its splits keep 16 KV tiles per CTA.
 ROLES_R32_GQA = {64: "gqa_d64_roles_m256n64", 128: "gqa_d128_roles_m256n64"}
 ONE_TILE_GQA = {64: "gqa_d64_m64n64_s2", 128: "gqa_d128_m64n64_s2"}
 
