@@ -4,7 +4,8 @@
         --num_splits=0,1,2,4,8 --configs=,gqa_d64_m64n64_s2
 
 For each captured case of the fixture (``--workload=real``'s cases, random
-values, page_size 1 scattered) and each forced split-K count / configuration
+values, page_size 1 scattered), or each bench grid shape ``--shapes`` names
+(e.g. ``--shapes="gqa B1 T256 L8k ddtree"``), and each forced split-K count / configuration
 tag: the plan's kernel, row tiles and splits; the device time of every kernel
 one ``plan.run`` launches (CUPTI via torch.profiler, mean over --calls calls);
 and the CUDA-graph replay time of one run (CUDA events, median of 5 rounds).
@@ -26,6 +27,8 @@ flags.DEFINE_list("num_splits", ["0"], "Forced split-K counts (0: the plan's).")
 flags.DEFINE_list("configs", [""], "Configuration tags to force ('' : the plan's).")
 flags.DEFINE_integer("calls", 20, "Profiled calls per row.")
 flags.DEFINE_list("cases", [], "Only these case names (default: every case).")
+flags.DEFINE_string("shapes", None, "Bench grid shapes instead of the fixture: those of the full grid whose name "
+                    "contains any of these comma-separated substrings (bench --shapes's rule).")
 FLAGS = flags.FLAGS
 
 
@@ -76,14 +79,18 @@ def main(argv):
     import torch
 
     from benchlib import inputs, ours, workload
+    from benchlib import shapes as shapes_mod
 
-    shapes = workload.load_shapes(FLAGS.fixture)
+    if FLAGS.shapes:
+        shapes = shapes_mod.filter_shapes(shapes_mod.grid("full"), FLAGS.shapes)
+    else:
+        shapes = workload.load_shapes(FLAGS.fixture)
     if FLAGS.cases:
         shapes = [s for s in shapes if s.label in FLAGS.cases]
     for shape in shapes:
         case = inputs.build_case(shape, "cuda", page_size=1, seed=1)
         ins = inputs.make_inputs(case, 0)
-        print(f"\n{shape.label}: q_lens {list(case.q_lens)}, prefix {list(case.prefix_lens)}, "
+        print(f"\n{shape.name}: q_lens {list(case.q_lens)}, prefix {list(case.prefix_lens)}, "
               f"heads {shape.heads}/{shape.kv_heads}, D{shape.d_qk}")
         for cfg in FLAGS.configs:
             for ns in (int(x) for x in FLAGS.num_splits):
