@@ -88,9 +88,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_kernel(const Ker
     const Loader loader(p, role_request<Shape>(p, rt), cta_coord<Shape::kRowsGrid>(p).hk);
     const int visits = rt.tile_end - rt.tile_begin;
     const int lt = tid - 32 * CW;
-    // Each thread copies one row of every tile (32 x LW threads, N rows): it
-    // resolves the row's address (for a paged cache, a kv_indices load) before
-    // waiting for the stage, so that the load's latency overlaps the wait.
+    // Each thread copies one row of every tile (32 x LW threads, N rows),
+    // its address looked up a tile ahead (load_role_ring).
     static_assert((32 * LW) % N == 0, "one row per load thread and tile");
     constexpr int kTpr = 32 * LW / N;  // threads per row
     if constexpr (kFp8) {
@@ -114,10 +113,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_kernel(const Ker
     const DT* gv = static_cast<const DT*>(p.v);
     load_role_ring<STAGES>(
         visits, full, empty,
-        [&](int i) {
-          return ResolvedRow::of(KvTileRows<Loader>{loader, (rt.tile_begin + i) * N, rt.kv_len, &s_bad_kv},
-                                 lt / kTpr);
-        },
+        [&](int i) { return KvTileRows<Loader>{loader, (rt.tile_begin + i) * N, rt.kv_len, &s_bad_kv}; }, lt / kTpr,
         [&](const ResolvedRow& r, int st) {
           copy_resolved_rows_lines<N, 32 * LW, D, KS>(sK + st * N * KS, gk, r.k_off, r.ok, lt);
           copy_resolved_rows_lines<N, 32 * LW, D, KS>(sV + st * N * KS, gv, r.v_off, r.ok, lt);

@@ -150,8 +150,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
     const Loader loader(p, cc.req, cc.hk);
     const int kv_len = rt.kv_len, tile_begin = rt.tile_begin, visits = rt.tile_end - rt.tile_begin;
     const int lt = tid - 32 * (kSAll + kO);  // of the load warpgroup
-    // One row per kTpr threads: its offset resolved (a paged cache's
-    // kv_indices load) before the stage's wait.
+    // One row per kTpr threads: its offset resolved before the stage's wait
+    // (a q-dtype cache's looked up a tile ahead: load_role_ring).
     constexpr int kTpr = 32 * Shape::kLoadWarps / N;
     static_assert(kTpr * N == 32 * Shape::kLoadWarps, "one row per kTpr load threads");
     if constexpr (IsKvFp8<Shape>::value) {
@@ -186,9 +186,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_cluster_kernel(const K
       const DT* gk = static_cast<const DT*>(p.k);
       load_role_ring<STAGES>(
           visits, full, empty,
-          [&](int i) {
-            return ResolvedRow::of(KvTileRows<Loader>{loader, (tile_begin + i) * N, kv_len, &s_bad_kv}, lt / kTpr);
-          },
+          [&](int i) { return KvTileRows<Loader>{loader, (tile_begin + i) * N, kv_len, &s_bad_kv}; }, lt / kTpr,
           [&](const ResolvedRow& r, int st) {
             copy_rows_2range_async<N, 32 * Shape::kLoadWarps, DVH, DR, KS>(sK + st * N * KS, gk, DVH * c,
                                                                           DV + DR * c, r, lt);

@@ -95,16 +95,14 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) mla_split_kernel(const Ker
     const Loader loader(p, cc.req, cc.hk);
     const int kv_len = rt.kv_len, tile_begin = rt.tile_begin, visits = rt.tile_end - rt.tile_begin;
     const int lt = tid - CT;
-    // One row per kTpr threads: its offset resolved (a paged cache's
-    // kv_indices load) before the stage's wait.
+    // One row per kTpr threads, its offset looked up a tile ahead
+    // (load_role_ring).
     constexpr int kTpr = 32 * Shape::kLoadWarps / N;
     static_assert(kTpr * N == 32 * Shape::kLoadWarps, "one row per kTpr load threads");
     const DT* gk = static_cast<const DT*>(p.k);
     load_role_ring<STAGES>(
         visits, full, empty,
-        [&](int i) {
-          return ResolvedRow::of(KvTileRows<Loader>{loader, (tile_begin + i) * N, kv_len, &s_bad_kv}, lt / kTpr);
-        },
+        [&](int i) { return KvTileRows<Loader>{loader, (tile_begin + i) * N, kv_len, &s_bad_kv}; }, lt / kTpr,
         [&](const ResolvedRow& r, int st) {
           DT* dst = sK + st * N * KS;
           copy_rows_async<N, 32 * Shape::kLoadWarps, DQK, KS, 0, 0, false>(dst, dst, gk, gk, r, lt);

@@ -11,6 +11,7 @@
 #include "kernels/core/mma.cuh"
 #include "kernels/core/request.cuh"
 #include "kernels/launch.h"
+#include "kernels/loaders/tile_copy.cuh"
 #include "kernels/sm90/sync.cuh"
 
 namespace verify_attn {
@@ -75,18 +76,22 @@ __device__ __forceinline__ int role_request(const KernelParams& p, const Request
 // A load warp's ring over the CTA's `visits` KV tiles: tile i goes to stage
 // i % STAGES once the readers released its previous use (`empty`), and the
 // thread's copies of it (cp.async) complete on the stage's `full` mbarrier
-// (cp.async.mbarrier.arrive.noinc). resolve(i) gives the thread's part of
-// tile i's addresses (a paged cache's kv_indices loads) before the stage's
-// wait, so that their latency overlaps it; copy(resolved, stage) issues the
-// copies. The copies are never committed as a group, so cp.async.wait_group
-// would not wait for them: they are committed and waited for at the end, so
-// that nothing of the thread is in flight when it exits.
-template <int STAGES, class Resolve, class Copy>
-__device__ __forceinline__ void load_role_ring(int visits, uint64_t* full, uint64_t* empty, Resolve resolve,
+// (cp.async.mbarrier.arrive.noinc). The thread copies row `row` of every
+// tile (rows_of(i): tile i's KvTileRows); its lookup (a paged cache's
+// kv_indices load) is issued a tile ahead, before the stage's wait and the
+// copies of the tile before, so that the load warps do not wait for one
+// lookup round trip per tile; copy(resolved row, stage) issues the copies.
+// The copies are never committed as a group, so cp.async.wait_group would
+// not wait for them: they are committed and waited for at the end, so that
+// nothing of the thread is in flight when it exits.
+template <int STAGES, class RowsOf, class Copy>
+__device__ __forceinline__ void load_role_ring(int visits, uint64_t* full, uint64_t* empty, RowsOf rows_of, int row,
                                                Copy copy) {
+  int32_t e = visits > 0 ? rows_of(0).entry(row) : 0;
   for (int i = 0; i < visits; ++i) {
     const int st = i % STAGES;
-    const auto resolved = resolve(i);
+    const ResolvedRow resolved = ResolvedRow::at(rows_of(i), row, e);
+    if (i + 1 < visits) e = rows_of(i + 1).entry(row);
     if (i >= STAGES) sm90::mbar_wait(empty + st, static_cast<uint32_t>((i / STAGES) & 1) ^ 1u);
     copy(resolved, st);
     sm90::cp_async_arrive_noinc(full + st);

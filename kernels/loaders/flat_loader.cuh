@@ -42,6 +42,12 @@ struct FlatLoader {
     return __ldg(p.kv_indptr + req + 1) - __ldg(p.kv_indptr + req);
   }
 
+  // PagedLoader's two steps of row(): a flat cache has no lookup.
+  __device__ __forceinline__ int32_t entry(int) const { return 0; }
+  __device__ __forceinline__ bool row_at(int j, int32_t, int64_t* k_off, int64_t* v_off) const {
+    return row(j, k_off, v_off);
+  }
+
   // Offsets of row j (0 <= j < kv_len) or false when it must not be read.
   __device__ __forceinline__ bool row(int j, int64_t* k_off, int64_t* v_off) const {
     const int64_t r = base + j;

@@ -49,11 +49,17 @@ struct PagedLoader {
   }
 
   __device__ __forceinline__ bool row(int j, int64_t* k_off, int64_t* v_off) const {
-    const int page_in_req = j / page_size;
-    const int slot_in_page = j - page_in_req * page_size;
-    const int64_t slot = static_cast<int64_t>(slot_begin) + page_in_req;
-    int64_t page = -1;
-    if (slot >= 0 && slot < slot_end) page = __ldg(indices + slot);
+    return row_at(j, entry(j), k_off, v_off);
+  }
+
+  // row() in two steps, for a caller that issues the lookup of a later row
+  // before it copies this one: entry(j) is row j's page id (page_entry: a
+  // plain load whose value is used only in row_at), row_at(j, e, ...) row()'s
+  // check and offsets from it.
+  __device__ __forceinline__ int32_t entry(int j) const { return page_entry(j / page_size); }
+  __device__ __forceinline__ bool row_at(int j, int32_t e, int64_t* k_off, int64_t* v_off) const {
+    const int slot_in_page = page_size == 1 ? 0 : j % page_size;  // page_size 1: no second division
+    const int64_t page = e;
     if (!page_ok(page, j)) return false;  // never dereferenced
     *k_off = page * k_page + slot_in_page * k_tok + k_head_off;
     *v_off = page * v_page + slot_in_page * v_tok + v_head_off;

@@ -85,6 +85,17 @@ struct KvTileRows {
     *bad = 1;
     return false;
   }
+  // The same in two steps (Loader::entry / row_at): entry(r) issues row r's
+  // lookup (a paged cache's kv_indices load; none past kv_len), at(r, e, ...)
+  // checks and resolves the row from it.
+  __device__ __forceinline__ int32_t entry(int r) const { return j0 + r < kv_len ? loader.entry(j0 + r) : -1; }
+  __device__ __forceinline__ bool at(int r, int32_t e, int64_t* k_off, int64_t* v_off) const {
+    const int j = j0 + r;
+    if (j >= kv_len) return false;
+    if (loader.row_at(j, e, k_off, v_off)) return true;
+    *bad = 1;
+    return false;
+  }
 };
 
 // One row of a tile resolved ahead of its copies (load_role_ring,
@@ -97,6 +108,13 @@ struct ResolvedRow {
   static __device__ __forceinline__ ResolvedRow of(const RowFn& row_fn, int r) {
     ResolvedRow rr{0, 0, false};
     rr.ok = row_fn(r, &rr.k_off, &rr.v_off);
+    return rr;
+  }
+  // From row r's lookup e, issued earlier (KvTileRows::entry).
+  template <class Rows>
+  static __device__ __forceinline__ ResolvedRow at(const Rows& rows, int r, int32_t e) {
+    ResolvedRow rr{0, 0, false};
+    rr.ok = rows.at(r, e, &rr.k_off, &rr.v_off);
     return rr;
   }
   __device__ __forceinline__ bool operator()(int, int64_t* k_off, int64_t* v_off) const {
