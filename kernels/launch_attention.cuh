@@ -177,6 +177,7 @@ va_status launch_attention(const KernelParams& kp, const Plan& plan, int dtype, 
     case kCfgMlaSplitM32N32: return launch_config<kCfgMlaSplitM32N32, Loader>(kp, plan, dtype, stream);
     case kCfgGqa64Roles: return launch_config<kCfgGqa64Roles, Loader>(kp, plan, dtype, stream);
     case kCfgGqa128Roles: return launch_config<kCfgGqa128Roles, Loader>(kp, plan, dtype, stream);
+    case kCfgGqa128RolesS3: return launch_config<kCfgGqa128RolesS3, Loader>(kp, plan, dtype, stream);
     case kCfgMlaClusterM64N32: return launch_config<kCfgMlaClusterM64N32, Loader>(kp, plan, dtype, stream);
     case kCfgGqa64RolesM256: return launch_config<kCfgGqa64RolesM256, Loader>(kp, plan, dtype, stream);
     case kCfgGqa128RolesM256: return launch_config<kCfgGqa128RolesM256, Loader>(kp, plan, dtype, stream);

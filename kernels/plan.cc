@@ -49,6 +49,7 @@ const ConfigDesc kDescs[kNumConfigs] = {
     make_desc<kCfgMlaClusterM64N32>("mla_cluster_m64n32"),
     make_desc<kCfgGqa64RolesM256>("gqa_d64_roles_m256n64"),
     make_desc<kCfgGqa128RolesM256>("gqa_d128_roles_m256n64"),
+    make_desc<kCfgGqa128RolesS3>("gqa_d128_roles_m128n64_s3"),
 };
 
 // Split-K rule: only when the unsplit grid is under one wave; then aim at
@@ -363,7 +364,12 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
     cands[n++] = kCfgGqa64M64N64S2;
   } else if (p.head_dim_qk == 128) {
     const bool roles = rows_max > 64 || few_request_heads || kv_fp8;  // as for head_dim 64
-    if (rows_max >= 256 && image_ok(kCfgGqa128RolesM256, dev)) cands[n++] = kCfgGqa128RolesM256;
+    // Where three stages of the 16-row kernel fit (sm_90), they run every
+    // warp-role call, the 32-row kernel's included (BENCHMARKS.md table 4);
+    // within sm_120's 101,376 bytes the rules above with two.
+    const bool s3 = kDescs[kCfgGqa128RolesS3].smem_bytes <= smem_cap && image_ok(kCfgGqa128RolesS3, dev);
+    if (rows_max >= 256 && !s3 && image_ok(kCfgGqa128RolesM256, dev)) cands[n++] = kCfgGqa128RolesM256;
+    if (roles && s3) cands[n++] = kCfgGqa128RolesS3;
     if (roles && image_ok(kCfgGqa128Roles, dev)) cands[n++] = kCfgGqa128Roles;
     cands[n++] = kCfgGqa128M64N64S2;
   } else {

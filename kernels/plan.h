@@ -389,6 +389,7 @@ enum ConfigId : int {
   kCfgMlaClusterM64N32,   // portable MLA by warp roles over a 2-CTA cluster: arch-specific images
   kCfgGqa64RolesM256,     // head_dim 64 by warp roles, 32 rows per consumer warp, >= 256 rows
   kCfgGqa128RolesM256,    // head_dim 128 by warp roles, 32 rows per consumer warp, >= 256 rows
+  kCfgGqa128RolesS3,      // head_dim 128 by warp roles, three stages: where 104,496 bytes fit (sm_90)
   kNumConfigs
 };
 
@@ -412,6 +413,11 @@ template <> struct ConfigShape<kCfgMlaSplitM32N32> { using type = TileShapeSplit
 // 69,664 bytes at D128 (sm_120: one CTA per SM), 36,896 at D64.
 template <> struct ConfigShape<kCfgGqa64Roles> { using type = TileShapeRolesGqa<64, 8, 64, 2, 4>; };
 template <> struct ConfigShape<kCfgGqa128Roles> { using type = TileShapeRolesGqa<128, 8, 64, 2, 4>; };
+// Three stages where 104,496 bytes fit (sm_90, not sm_120): a third K / V
+// tile in flight while the consumers read one (BENCHMARKS.md table 4: the
+// bandwidth rows 1.05-1.08x two stages, and faster than the 32-row kernel on
+// the compute rows too).
+template <> struct ConfigShape<kCfgGqa128RolesS3> { using type = TileShapeRolesGqa<128, 8, 64, 3, 4>; };
 // Four stages of the CTA's 288-dim half of 32-row K tiles: 97,504 bytes.
 template <> struct ConfigShape<kCfgMlaClusterM64N32> { using type = TileShapeClusterMla<32, 4>; };
 // 8 consumer warps of 32 rows (256 folded rows per CTA) and a load warpgroup,

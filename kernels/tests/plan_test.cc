@@ -311,7 +311,8 @@ int main() {
         p.dtype = VA_DTYPE_BF16;
         va::Plan plan;
         CHECK(make_plan(p, sm90, &plan) == VA_OK, "B%d D%d: %s", b, d, va_last_error_message());
-        const std::string want = sm90a && b * 4 * 8 <= sm90.num_sms ? roles : tile;
+        // Head_dim 128 on sm_90: the three-stage form (kCfgGqa128RolesS3).
+        const std::string want = sm90a && b * 4 * 8 <= sm90.num_sms ? roles + (d == 128 ? "_s3" : "") : tile;
         CHECK(want == plan.name, "B%d x 4 KV heads, 32 rows, D%d on sm_90: %s, want %s", b, d, plan.name,
               want.c_str());
       }
@@ -473,10 +474,13 @@ int main() {
       for (const va::DeviceInfo& dev : {sm90, sm120}) {
         const bool image = dev.sm_arch == 90 ? sm90a : sm120a;
         if (!image) continue;
-        CHECK(name(p, dev) == forced, "512 rows on sm_%d: %s", dev.sm_arch, name(p, dev).c_str());
-        CHECK(name(p256, dev) == forced, "256 rows on sm_%d: %s", dev.sm_arch, name(p256, dev).c_str());
-        CHECK(name(p248, dev) == m128, "248 rows on sm_%d: %s", dev.sm_arch, name(p248, dev).c_str());
-        CHECK(name(shortkv, dev) == m128, "768 rows, 1,856 KV rows on sm_%d: %s", dev.sm_arch,
+        // Head_dim 128 on sm_90: the 16-row kernel's three-stage form at every row count.
+        const bool s3 = r.d == 128 && dev.sm_arch == 90;
+        const std::string big = s3 ? m128 + "_s3" : forced, small = s3 ? m128 + "_s3" : m128;
+        CHECK(name(p, dev) == big, "512 rows on sm_%d: %s", dev.sm_arch, name(p, dev).c_str());
+        CHECK(name(p256, dev) == big, "256 rows on sm_%d: %s", dev.sm_arch, name(p256, dev).c_str());
+        CHECK(name(p248, dev) == small, "248 rows on sm_%d: %s", dev.sm_arch, name(p248, dev).c_str());
+        CHECK(name(shortkv, dev) == small, "768 rows, 1,856 KV rows on sm_%d: %s", dev.sm_arch,
               name(shortkv, dev).c_str());
       }
       set_config(r.tag);
@@ -493,6 +497,23 @@ int main() {
             name(other, sm90).c_str());
       set_config("");
     }
+  }
+  // The 16-row GQA kernel's three-stage form: over sm_120's 101,376 bytes,
+  // so sm_120 plans two stages even when it is forced; sm_90 takes it.
+  {
+    const va::ConfigDesc& d = va::config_desc(va::kCfgGqa128RolesS3);
+    CHECK(std::string(d.tag) == "gqa_d128_roles_m128n64_s3" && d.head_dim_qk == 128 && d.m == 128 && d.n == 64 &&
+              d.stages == 3 && d.smem_bytes == 104496 && d.smem_bytes > 101376 && d.arch_specific,
+          "%s: m %d, n %d, %d stages, %d bytes", d.tag, d.m, d.n, d.stages, d.smem_bytes);
+    const bool sm120a = std::string(va_compiled_archs()).find("sm_120a") != std::string::npos;
+    va_params p = shape(false, 128, 32, 4, 16, 16, 8192);  // 128 rows per KV head
+    p.dtype = VA_DTYPE_BF16;
+    set_config("gqa_d128_roles_m128n64_s3");
+    va::Plan plan;
+    CHECK(make_plan(p, sm120, &plan) == VA_OK && std::string(plan.name).find("_s3") == std::string::npos &&
+              (!sm120a || std::string(plan.name) == "mma_sync_bf16_gqa_d128_roles_m128n64"),
+          "forced three stages on sm_120: %s", plan.name);
+    set_config("");
   }
   // Forced splits are honoured; no device smem small enough fails cleanly.
   {

@@ -164,18 +164,21 @@ def test_warp_role_mla_bad_index(path, splits):
 
 @pytest.mark.parametrize("splits", [0, 2], ids=["unsplit", "split2"])
 @pytest.mark.parametrize("q_lens", [(5, 8, 3, 6), (70, 5, 90, 40)], ids=["short", "long"])
-@pytest.mark.parametrize("config", [testing.ROLES_GQA[128], testing.ROLES_R32_GQA[128]],
-                         ids=["roles_m128", "roles_m256"])
+@pytest.mark.parametrize("config", [testing.ROLES_GQA[128], testing.ROLES_S3_GQA[128], testing.ROLES_R32_GQA[128]],
+                         ids=["roles_m128", "roles_m128_s3", "roles_m256"])
 def test_warp_role_gqa_bad_index(config, q_lens, splits):
-    """The GQA kernels by warp roles (16 rows per consumer warp, 128 per CTA; 32 rows per warp, 256
-    per CTA), forced: a bad page id is flagged, its request's rows are NaN, the other requests
-    exact. Short requests (4 heads x at most 8 drafts) leave most consumer warps without rows;
-    long ones (up to 360 rows per KV head) take two or three row tiles, the last partly empty."""
+    """The GQA kernels by warp roles (16 rows per consumer warp, 128 per CTA, two or three stages;
+    32 rows per warp, 256 per CTA), forced: a bad page id is flagged, its request's rows are NaN,
+    the other requests exact. Short requests (4 heads x at most 8 drafts) leave most consumer warps
+    without rows; long ones (up to 360 rows per KV head) take two or three row tiles, the last
+    partly empty. Skipped where the configuration does not fit the device (three stages on sm_120)."""
     a = make_paged(page_size=1, q_lens=q_lens)
     clean_ref = ref(a)
     pa, bad = poison(a)
     with testing.kernel_path(testing.KernelPath(config=config)):
-        assert testing.plan_info(pa, num_splits=splits)["name"].endswith(config)
+        if not testing.plan_info(pa, num_splits=splits)["name"].endswith(config):
+            assert config == testing.ROLES_S3_GQA[128]
+            pytest.skip(f"{config} does not fit this device's shared memory")
         out = run(pa, num_splits=splits)
     with pytest.raises(verify_attn.KernelInputError) as ei:
         verify_attn.check_errors()

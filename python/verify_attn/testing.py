@@ -601,6 +601,10 @@ ROLES_GQA = {64: "gqa_d64_roles_m128n64", 128: "gqa_d128_roles_m128n64"}
 # choice from 256 rows per KV head where its splits keep 16 KV tiles per CTA.
 ROLES_R32_GQA = {64: "gqa_d64_roles_m256n64", 128: "gqa_d128_roles_m256n64"}
 ONE_TILE_GQA = {64: "gqa_d64_m64n64_s2", 128: "gqa_d128_m64n64_s2"}
+# The 16-row warp-role kernel with three K / V stages: the plan's choice for
+# every warp-role call at head_dim 128 where its 104,496 bytes of shared memory
+# fit (sm_90; ROLES_GQA's two stages and ROLES_R32_GQA on sm_120).
+ROLES_S3_GQA = {128: "gqa_d128_roles_m128n64_s3"}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1216,9 +1216,10 @@ def test_bench_known_configs_are_the_plans_tags():
     import verify_attn
 
     tags = verify_attn.runtime_info()["config_tags"]
-    assert len(tags) == len(set(tags)) == 14, tags
+    assert len(tags) == len(set(tags)) == 15, tags
     assert {"mla_m32n32_s1", "mla_split_m32n32", "mla_cluster_m64n32", "mla_wgmma_m64n64_pipe_rows", "mla_wgmma_seesaw_tma",
-            "gqa_d128_m64n64_s2", "gqa_d128_roles_m128n64", "gqa_d64_roles_m256n64", "gqa_d128_roles_m256n64"} <= set(tags)
+            "gqa_d128_m64n64_s2", "gqa_d128_roles_m128n64", "gqa_d128_roles_m128n64_s3", "gqa_d64_roles_m256n64",
+            "gqa_d128_roles_m256n64"} <= set(tags)
     bench = _bench_module()
     try:
         bench.FLAGS(["bench", "--compare_configs=" + ",".join(tags)])
