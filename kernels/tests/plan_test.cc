@@ -378,6 +378,11 @@ int main() {
       }
       if (id == va::kCfgMlaClusterM64N32 && std::string(va_compiled_archs()).find("sm_120a") == std::string::npos)
         continue;
+      // The three-stage GQA kernel fits sm_90 only: planned where the build has
+      // sm_90a; the two-stage one there only over fp8 caches (the walk's are bf16).
+      if (id == va::kCfgGqa128RolesS3 && !sm90a) continue;
+      if (id == va::kCfgGqa128Roles && std::string(va_compiled_archs()).find("sm_120a") == std::string::npos)
+        continue;
       CHECK(planned.count(id) == 1, "configuration %s is compiled but no rule plans it", d.tag);
     }
   }
@@ -802,6 +807,9 @@ int main() {
           CHECK(plan.kv_fp8 && va::config_desc(plan.config).kv_fp8 && va::config_desc(plan.config).arch_specific,
                 "fp8 D%d q%d on sm_%d planned %s", f.d, f.q, dev.sm_arch, plan.name);
           CHECK(std::string(plan.name).find("_e4m3kv_gqa_") != std::string::npos, "fp8 plan name %s", plan.name);
+          // No three-stage form for an fp8 cache (kernels/plan.cc): the 32-row kernel from 256 rows.
+          CHECK(std::string(plan.name).find("_s3") == std::string::npos, "fp8 D%d q%d on sm_%d planned %s", f.d,
+                f.q, dev.sm_arch, plan.name);
         }
         set_config("");
       }
