@@ -5,7 +5,7 @@
 
 For each captured case of the fixture (``--workload=real``'s cases, random
 values, page_size 1 scattered), or each bench grid shape ``--shapes`` names
-(e.g. ``--shapes="gqa B1 T256 L8k ddtree"``), and each forced split-K count / configuration
+(e.g. ``--shapes="gqa B1 H32/4 D128 T256"``), and each forced split-K count / configuration
 tag: the plan's kernel, row tiles and splits; the device time of every kernel
 one ``plan.run`` launches (CUPTI via torch.profiler, mean over --calls calls);
 and the CUDA-graph replay time of one run (CUDA events, median of 5 rounds).
