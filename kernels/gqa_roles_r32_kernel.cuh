@@ -151,13 +151,11 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_r32_kernel(const
     }
     const DT* gk = static_cast<const DT*>(p.k);
     const DT* gv = static_cast<const DT*>(p.v);
-    // The row's lookup a tile ahead, as load_role_ring does.
     auto rows_of = [&](int i) { return KvTileRows<Loader>{loader, (rt.tile_begin + i) * N, rt.kv_len, &s_bad_kv}; };
-    int32_t e = visits > 0 ? rows_of(0).entry(row) : 0;
+    RowsAhead<decltype(rows_of)> ahead(rows_of, row, visits);  // the row's lookup a tile ahead
     for (int i = 0; i < visits; ++i) {
       const uint32_t released = static_cast<uint32_t>(i & 1) ^ 1u;  // parity of tile i - 1's release
-      const ResolvedRow r = ResolvedRow::at(rows_of(i), row, e);
-      if (i + 1 < visits) e = rows_of(i + 1).entry(row);
+      const ResolvedRow r = ahead.take(i);
       if (i > 0) mbar_wait(empty + kK, released);
       copy_resolved_rows_lines<N, 32 * LW, D, KS>(sK, gk, r.k_off, r.ok, lt);
       sm90::cp_async_arrive_noinc(full + kK);

@@ -87,11 +87,10 @@ __device__ __forceinline__ int role_request(const KernelParams& p, const Request
 template <int STAGES, class RowsOf, class Copy>
 __device__ __forceinline__ void load_role_ring(int visits, uint64_t* full, uint64_t* empty, RowsOf rows_of, int row,
                                                Copy copy) {
-  int32_t e = visits > 0 ? rows_of(0).entry(row) : 0;
+  RowsAhead<RowsOf> ahead(rows_of, row, visits);
   for (int i = 0; i < visits; ++i) {
     const int st = i % STAGES;
-    const ResolvedRow resolved = ResolvedRow::at(rows_of(i), row, e);
-    if (i + 1 < visits) e = rows_of(i + 1).entry(row);
+    const ResolvedRow resolved = ahead.take(i);
     if (i >= STAGES) sm90::mbar_wait(empty + st, static_cast<uint32_t>((i / STAGES) & 1) ^ 1u);
     copy(resolved, st);
     sm90::cp_async_arrive_noinc(full + st);

@@ -79,11 +79,7 @@ struct KvTileRows {
   int j0, kv_len;
   int* bad;  // shared memory
   __device__ __forceinline__ bool operator()(int r, int64_t* k_off, int64_t* v_off) const {
-    const int j = j0 + r;
-    if (j >= kv_len) return false;
-    if (loader.row(j, k_off, v_off)) return true;
-    *bad = 1;
-    return false;
+    return at(r, entry(r), k_off, v_off);
   }
   // The same in two steps (Loader::entry / row_at): entry(r) issues row r's
   // lookup (a paged cache's kv_indices load; none past kv_len), at(r, e, ...)
@@ -121,6 +117,25 @@ struct ResolvedRow {
     *k_off = this->k_off;
     *v_off = this->v_off;
     return ok;
+  }
+};
+
+// A load thread's row of each of a CTA's `visits` KV tiles, looked up a tile
+// ahead: take(i) resolves tile i's row (rows_of(i): its KvTileRows) from the
+// lookup issued before, then issues tile i + 1's, so that the caller's stage
+// wait and copies of tile i overlap that round trip (load_role_ring, the
+// 32-row GQA kernel's K / V loop).
+template <class RowsOf>
+struct RowsAhead {
+  const RowsOf& rows_of;
+  int row, visits;
+  int32_t e;  // tile i's lookup
+  __device__ __forceinline__ RowsAhead(const RowsOf& rows_of_, int row_, int visits_)
+      : rows_of(rows_of_), row(row_), visits(visits_), e(visits_ > 0 ? rows_of_(0).entry(row_) : 0) {}
+  __device__ __forceinline__ ResolvedRow take(int i) {
+    const ResolvedRow r = ResolvedRow::at(rows_of(i), row, e);
+    if (i + 1 < visits) e = rows_of(i + 1).entry(row);
+    return r;
   }
 };
 
