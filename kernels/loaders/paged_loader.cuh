@@ -54,9 +54,11 @@ struct PagedLoader {
 
   // row() in two steps, for a caller that issues the lookup of a later row
   // before it copies this one: entry(j) is row j's page id (page_entry: a
-  // plain load whose value is used only in row_at), row_at(j, e, ...) row()'s
-  // check and offsets from it.
-  __device__ __forceinline__ int32_t entry(int j) const { return page_entry(j / page_size); }
+  // plain load whose value is used only in row_at; at page_size 1 without the
+  // division), row_at(j, e, ...) row()'s check and offsets from it.
+  __device__ __forceinline__ int32_t entry(int j) const {
+    return page_entry(page_size == 1 ? j : j / page_size);
+  }
   __device__ __forceinline__ bool row_at(int j, int32_t e, int64_t* k_off, int64_t* v_off) const {
     const int slot_in_page = page_size == 1 ? 0 : j % page_size;  // page_size 1: no second division
     const int64_t page = e;
