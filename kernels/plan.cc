@@ -365,14 +365,17 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
   } else if (p.head_dim_qk == 128) {
     const bool roles = rows_max > 64 || few_request_heads || kv_fp8;  // as for head_dim 64
     // Where three stages of the 16-row kernel fit (sm_90), they run every
-    // warp-role call, the 32-row kernel's included (BENCHMARKS.md table 4);
-    // within sm_120's 101,376 bytes the rules above with two. Not for an fp8
+    // call, the 32-row kernel's and the one-tile kernel's included: at 64 rows
+    // or fewer too, its three tiles in flight per SM outrun the one-tile
+    // kernel's two CTAs of two stages each from a few KV tiles per request on
+    // (BENCHMARKS.md table 4); within sm_120's 101,376 bytes the rules above
+    // with two stages. Not for an fp8
     // cache: its load warps convert each row through registers, and the
     // 32-row kernel runs those compute rows faster (BENCHMARKS.md table 8).
     const bool s3 =
         !kv_fp8 && kDescs[kCfgGqa128RolesS3].smem_bytes <= smem_cap && image_ok(kCfgGqa128RolesS3, dev);
     if (rows_max >= 256 && !s3 && image_ok(kCfgGqa128RolesM256, dev)) cands[n++] = kCfgGqa128RolesM256;
-    if (roles && s3) cands[n++] = kCfgGqa128RolesS3;
+    if (s3) cands[n++] = kCfgGqa128RolesS3;
     if (roles && image_ok(kCfgGqa128Roles, dev)) cands[n++] = kCfgGqa128Roles;
     cands[n++] = kCfgGqa128M64N64S2;
   } else {

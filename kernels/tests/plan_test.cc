@@ -300,7 +300,8 @@ int main() {
   }
   // At 64 rows or fewer per KV head (4 drafts x group 8) the warp-role GQA
   // kernel where requests x KV heads are at most an eighth of the SMs (4
-  // requests x 4 KV heads on 132 SMs), the one-tile kernel from there on.
+  // requests x 4 KV heads on 132 SMs), the one-tile kernel from there on; at
+  // head_dim 128 on sm_90 the three-stage warp-role kernel at every count.
   {
     const bool sm90a = std::string(va_compiled_archs()).find("sm_90a") != std::string::npos;
     for (int d : {64, 128}) {
@@ -311,8 +312,10 @@ int main() {
         p.dtype = VA_DTYPE_BF16;
         va::Plan plan;
         CHECK(make_plan(p, sm90, &plan) == VA_OK, "B%d D%d: %s", b, d, va_last_error_message());
-        // Head_dim 128 on sm_90: the three-stage form (kCfgGqa128RolesS3).
-        const std::string want = sm90a && b * 4 * 8 <= sm90.num_sms ? roles + (d == 128 ? "_s3" : "") : tile;
+        // Head_dim 128 on sm_90: the three-stage form (kCfgGqa128RolesS3) at every row count.
+        const std::string want = sm90a && d == 128            ? roles + "_s3"
+                                 : sm90a && b * 4 * 8 <= sm90.num_sms ? roles
+                                                                      : tile;
         CHECK(want == plan.name, "B%d x 4 KV heads, 32 rows, D%d on sm_90: %s, want %s", b, d, plan.name,
               want.c_str());
       }

@@ -268,8 +268,8 @@ def run_case(c, seed, device="cuda"):
 # its form with 32 rows per consumer warp and 256 per CTA ("gqa_roles_r32",
 # testing.ROLES_R32_GQA, the plan's from 256 rows per KV head where the
 # three-stage form does not fit) and the one-tile kernel ("gqa_tile",
-# testing.ONE_TILE_GQA); at head_dim 128 the plan's warp-role kernel is the
-# three-stage form where it fits (testing.ROLES_S3_GQA, sm_90).
+# testing.ONE_TILE_GQA); at head_dim 128 the plan's kernel is the three-stage
+# warp-role form at every row count where it fits (testing.ROLES_S3_GQA, sm_90).
 CASE_PATHS = ([(c, "auto") for c in CASES] + [(c, "mma_sync") for c in CASES if MODELS[c["model"]].mla]
               + [(c, "mma_split") for c in CASES if MODELS[c["model"]].mla]
               + [(c, "mla_cluster") for c in CASES if MODELS[c["model"]].mla]
@@ -305,7 +305,7 @@ def test_kernel_matches_reference(case, path, kernel_path):
             m = MODELS[case["model"]]  # or for at most num_sms / 8 request-heads, 32-row consumer warps from 256
             rows = (prob.max_q_len or max(prob.q_lens)) * (m.heads // m.kv_heads)
             few = len(prob.q_lens) * m.kv_heads * 8 <= torch.cuda.get_device_properties(0).multi_processor_count
-            s3 = d in testing.ROLES_S3_GQA  # three stages where they fit this device (sm_90), every roles call
+            s3 = d in testing.ROLES_S3_GQA  # three stages where they fit this device (sm_90), every call
             if s3:
                 with testing.kernel_path(testing.KernelPath(config=testing.ROLES_S3_GQA[d])):
                     s3 = testing.plan_info(prob)["name"].endswith(testing.ROLES_S3_GQA[d])
@@ -314,7 +314,7 @@ def test_kernel_matches_reference(case, path, kernel_path):
                 with testing.kernel_path(testing.KernelPath(config=testing.ROLES_R32_GQA[d])):
                     forced = testing.plan_info(prob)
                 r32 = -(-(-(-forced["max_kv_len"] // 64)) // forced["num_splits"]) >= 16
-            want = (testing.ROLES_R32_GQA if r32 else testing.ROLES_S3_GQA if s3 and (rows > 64 or few)
+            want = (testing.ROLES_R32_GQA if r32 else testing.ROLES_S3_GQA if s3
                     else testing.ROLES_GQA if rows > 64 or few else testing.ONE_TILE_GQA)[d]
         info = testing.plan_info(prob)
         assert info["name"].endswith(want), info
