@@ -53,6 +53,10 @@
 //   m64_half_bal  m64_half's 2 S warps of 32 rows alone on schedulers 0 and 1, the O
 //              warps two each on schedulers 2 and 3 (kBal)
 //   *_look2 / *_look3  the S warps' K fragments 2 / 3 k-steps ahead of their MMAs
+//   m64_fused  the same CTA's work without the S / O split (FlashAttention-2's warp:
+//              8 warps of 16 rows, each Q K^T, softmax and P V with P in registers,
+//              2 groups taking alternate tiles; fused_kernel); _load: fed by 4 load
+//              warps; _self: the compute warps gather their group's tiles
 //   *_prof     the same with the S and O warps' cycles per tile by phase (kProf)
 //   *_load     the same fed by 4 load warps (a whole warpgroup: setmaxnreg is per warpgroup) from a
 //              37.7 MB pool of 576-wide rows at random slots: 32-row tiles in 2 or 3
@@ -488,6 +492,208 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   if (acc_sum == 12345.678f) out[blockIdx.x * C::kThreads + threadIdx.x] = acc_sum;  // keeps the work alive
 }
 
+// m64_fused: the same CTA's work (64 rows, 288 dims of Q K^T, 256 value
+// columns) with no S / O split: FlashAttention-2's warp, P kept in registers
+// as the A operand of P V. 8 compute warps as 2 groups x 4 warps of 16 rows,
+// the groups taking alternate tiles; each warp holds Q (72 registers) and its
+// 16 rows' O over all 256 value columns (128), and its own online softmax, so
+// no warp waits for another but at a stage's release (the group's 4 warps) and
+// the exchange stand-in (a warp's partial scores written to shared memory and
+// read back, as in the other configurations with pairs = 1). Each group keeps
+// its own O and row state; combining the two at the end is not timed (one
+// merge per CTA). KS stages of 32 rows; LW load warps (setmaxnreg: RC
+// registers for the compute warps, 40 for the load warps), or with SELF the
+// compute warps gather (each group refills its own KS / 2 stages once its 4
+// warps are done with one; 255 registers), or neither (stages filled once).
+template <int KS, int LW, int RC, bool SELF = false>
+struct FusedCfg {
+  static_assert(!SELF || (LW == 0 && KS % 2 == 0), "self-fed: each group owns KS / 2 stages");
+  static constexpr bool kSelf = SELF;  // the compute warps gather (no load warps)
+  static constexpr int kN = 32, kStages = KS, kLoadWarps = LW;
+  static constexpr int kComputeWarps = 8;
+  static constexpr int kThreads = (kComputeWarps + LW) * 32;
+  static constexpr int kRegsCompute = RC, kRegsLoad = 40;
+  static_assert(LW == 0 || 32 * (kComputeWarps * RC + LW * kRegsLoad) <= 65536, "setmaxnreg budget");
+  static_assert(LW > 0 || RC == 255, "without load warps every thread has 255 registers");
+  static constexpr int kKStride = 288 + 8;
+  static constexpr int kKBytes = kN * kKStride * 2;
+  static constexpr int kXFloats = 16;  // a lane's partial scores
+  static constexpr int kSmem = KS * kKBytes + kComputeWarps * kXFloats * 32 * 4 + 2 * KS * 8;
+  static constexpr double kFlopPerTile = 2.0 * 64 * kN * (288 + 256);
+};
+
+template <class C>
+__global__ void __launch_bounds__(C::kThreads, 1)
+    fused_kernel(const bf16* __restrict__ gK, const bf16* __restrict__ gQ, const bf16* __restrict__ pool,
+                 const int* __restrict__ slots, float* out, int tiles) {
+  constexpr int N = C::kN, KS = C::kStages, KST = C::kKStride;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* sK = reinterpret_cast<bf16*>(smem);                              // [KS][N][KST]
+  float* sX = reinterpret_cast<float*>(smem + KS * C::kKBytes);          // [8 warps][16][32]
+  uint64_t* full = reinterpret_cast<uint64_t*>(sX + C::kComputeWarps * C::kXFloats * 32);
+  uint64_t* empty = full + KS;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  auto stage = [](int it) { return it % KS; };
+  auto phase = [](int it) { return static_cast<uint32_t>((it / KS) & 1); };
+  // Tile it's rows into its stage by threads lt of nthr (the self-fed form's group).
+  auto gather = [&](int it, int lt, int nthr) {
+    constexpr int kChunks = 288 * 2 / 16;
+    bf16* dst = sK + stage(it) * N * KST;
+    const int base = (blockIdx.x * 7919 + it * N) % kPoolRows;
+    for (int i = lt; i < N * kChunks; i += nthr) {
+      const int row = i / kChunks, c = i - row * kChunks;
+      const int slot = __ldg(slots + (base + row) % kPoolRows);
+      cp_async_16(dst + row * KST + c * 8, pool + static_cast<int64_t>(slot) * 576 + c * 8, true);
+    }
+    cp_async_arrive_noinc(full + stage(it));
+  };
+  if constexpr (C::kLoadWarps == 0 && !C::kSelf) {
+    for (int i = threadIdx.x; i < KS * N * KST; i += C::kThreads) {
+      const int col = i % KST, row = (i / KST) % N;
+      sK[i] = col < 288 ? gK[(row % 32) * 576 + col] : __float2bfloat16(0.f);
+    }
+  } else if (threadIdx.x < KS) {
+    mbar_init(full + threadIdx.x, C::kSelf ? 128 : C::kLoadWarps * 32);
+    mbar_init(empty + threadIdx.x, 4);  // the 4 warps of the group that reads the stage
+  }
+  __syncthreads();
+  if constexpr (C::kSelf) {
+    // Each group fills its first KS / 2 tiles (its stages: it % KS with it of its parity).
+    const int grp0 = (threadIdx.x >> 5) >> 2;
+    for (int it = grp0; it < KS && it < tiles; it += 2) gather(it, threadIdx.x & 127, 128);
+  }
+  if (warp >= C::kComputeWarps) {
+    if constexpr (C::kLoadWarps > 0) {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(C::kRegsLoad));
+      const int lt = threadIdx.x - C::kComputeWarps * 32;
+      constexpr int kChunks = 288 * 2 / 16;
+      for (int it = 0; it < tiles; ++it) {
+        const int st = stage(it);
+        if (it >= KS) mbar_wait(empty + st, phase(it) ^ 1);
+        bf16* dst = sK + st * N * KST;
+        const int base = (blockIdx.x * 7919 + it * N) % kPoolRows;
+        for (int i = lt; i < N * kChunks; i += C::kLoadWarps * 32) {
+          const int row = i / kChunks, c = i - row * kChunks;
+          const int slot = __ldg(slots + (base + row) % kPoolRows);
+          cp_async_16(dst + row * KST + c * 8, pool + static_cast<int64_t>(slot) * 576 + c * 8, true);
+        }
+        cp_async_arrive_noinc(full + st);
+      }
+      asm volatile("cp.async.wait_all;\n" ::: "memory");
+    }
+    return;
+  }
+  if constexpr (C::kLoadWarps > 0) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(C::kRegsCompute));
+  const int grp = warp >> 2, w = warp & 3, row0 = w * 16;
+  uint32_t q[18][4];
+#pragma unroll
+  for (int kk = 0; kk < 18; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int row = row0 + g + (r & 1) * 8, col = kk * 16 + 2 * t + (r >> 1) * 8;
+      q[kk][r] = verify_attn::DTypeTraits<bf16>::pack(__bfloat162float(gQ[row * 576 + col]),
+                                                      __bfloat162float(gQ[row * 576 + col + 1]));
+    }
+  float o[32][4];
+#pragma unroll
+  for (int j = 0; j < 32; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+  float m_run[2] = {-1e30f, -1e30f}, l_run[2] = {0.f, 0.f};
+  const float scale = 0.0601f;  // log2(e) / sqrt(576)
+  const int krow = (lane & 7) + ((lane >> 4) << 3), kcol = ((lane >> 3) & 1) * 8;
+  const int vrow = (lane & 7) + ((lane >> 3) & 1) * 8, vcol = (lane >> 4) * 8;
+  float* x_mine = sX + warp * C::kXFloats * 32 + lane;
+  for (int it = grp; it < tiles; it += 2) {
+    const int st = stage(it);
+    if constexpr (C::kLoadWarps > 0 || C::kSelf) mbar_wait(full + st, phase(it));
+    const bf16* K = sK + st * N * KST;
+    float s[4][4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+    uint32_t kf[2][2][4];
+#pragma unroll
+    for (int pp = 0; pp < 2; ++pp) ldmatrix_x4(kf[0][pp], K + (pp * 16 + krow) * KST + kcol);
+#pragma unroll
+    for (int kk = 0; kk < 18; ++kk) {
+      if (kk + 1 < 18) {
+#pragma unroll
+        for (int pp = 0; pp < 2; ++pp) ldmatrix_x4(kf[(kk + 1) & 1][pp], K + (pp * 16 + krow) * KST + kcol + (kk + 1) * 16);
+      }
+#pragma unroll
+      for (int pp = 0; pp < 2; ++pp) {
+        mma_m16n8k16<bf16>(s[2 * pp], q[kk], kf[kk & 1][pp][0], kf[kk & 1][pp][1]);
+        mma_m16n8k16<bf16>(s[2 * pp + 1], q[kk], kf[kk & 1][pp][2], kf[kk & 1][pp][3]);
+      }
+    }
+    // The exchange stand-in: this warp's partial scores out and back in.
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) x_mine[(j * 4 + r) * 32] = s[j][r];
+    __syncwarp();
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) s[j][r] = (s[j][r] + x_mine[(j * 4 + r) * 32]) * 0.5f;
+    // Online softmax of rows g and g + 8.
+    float alpha[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = m_run[h];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * h], s[j][2 * h + 1]) * scale);
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      alpha[h] = exp2f(m_run[h] - mx);
+      m_run[h] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        s[j][2 * h] = exp2f(s[j][2 * h] * scale - mx);
+        s[j][2 * h + 1] = exp2f(s[j][2 * h + 1] * scale - mx);
+        sum += s[j][2 * h] + s[j][2 * h + 1];
+      }
+      l_run[h] = l_run[h] * alpha[h] + sum;
+    }
+    // P as the A operand of P V (k-step kk: score tiles 2 kk and 2 kk + 1).
+    uint32_t pa[2][4];
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      pa[kk][0] = verify_attn::DTypeTraits<bf16>::pack(s[2 * kk][0], s[2 * kk][1]);
+      pa[kk][1] = verify_attn::DTypeTraits<bf16>::pack(s[2 * kk][2], s[2 * kk][3]);
+      pa[kk][2] = verify_attn::DTypeTraits<bf16>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[kk][3] = verify_attn::DTypeTraits<bf16>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+      for (int j = 0; j < 32; ++j) o[j][0] *= alpha[0], o[j][1] *= alpha[0], o[j][2] *= alpha[1], o[j][3] *= alpha[1];
+    }
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+      for (int p = 0; p < 16; ++p) {
+        uint32_t vb[4];
+        ldmatrix_x4_trans(vb, K + (kk * 16 + vrow) * KST + p * 16 + vcol);
+        mma_m16n8k16<bf16>(o[2 * p], pa[kk], vb[0], vb[1]);
+        mma_m16n8k16<bf16>(o[2 * p + 1], pa[kk], vb[2], vb[3]);
+      }
+    if constexpr (C::kLoadWarps > 0) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty + st);
+    }
+    if constexpr (C::kSelf) {
+      // The group's 4 warps are done with the stage: refill it with the group's tile it + KS.
+      named_barrier_sync(1 + grp, 128);
+      if (it + KS < tiles) gather(it + KS, threadIdx.x & 127, 128);
+    }
+  }
+  if constexpr (C::kSelf) asm volatile("cp.async.wait_all;\n" ::: "memory");
+  float acc_sum = l_run[0] + l_run[1];
+#pragma unroll
+  for (int j = 0; j < 32; ++j) acc_sum += o[j][0] + o[j][3];
+  if (acc_sum == 12345.678f) out[blockIdx.x * C::kThreads + threadIdx.x] = acc_sum;  // keeps the work alive
+}
+
 struct Inputs {
   const bf16* k;      // [32][576]: the stages' contents without load warps
   const bf16* q;      // [64][576]
@@ -539,6 +745,30 @@ void run(const char* name, int tiles, int launches, const Inputs& in, int sms, i
   std::printf("}\n");
 }
 
+template <int KS, int LW, int RC, bool SELF = false>
+void run_fused(const char* name, int tiles, int launches, const Inputs& in, int sms, int smem_cap) {
+  using C = FusedCfg<KS, LW, RC, SELF>;
+  auto kernel = fused_kernel<C>;
+  int smem = C::kSmem;
+  if (smem * 2 <= smem_cap) smem = smem_cap / 2 + 1024;
+  if (C::kSmem > 101376 ||
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) {
+    std::printf("{\"config\": \"%s\", \"error\": \"shared memory %d (sm_120: 101376 at most)\"}\n", name, C::kSmem);
+    return;
+  }
+  cudaFuncAttributes attr;
+  cudaFuncGetAttributes(&attr, kernel);
+  const float best = microbench::best_ms(
+      [&] { kernel<<<sms, C::kThreads, smem>>>(in.k, in.q, in.pool, in.slots, in.out, tiles); }, launches);
+  const cudaError_t err = cudaGetLastError();
+  const double tflops = C::kFlopPerTile * tiles * sms / (best * 1e-3) / 1e12;
+  std::printf("{\"config\": \"%s\", \"rows\": 64, \"n\": %d, \"stages\": %d, \"compute_warps\": 8, \"load_warps\": %d, "
+              "\"compute_registers\": %d, \"registers\": %d, \"local_bytes\": %zu, \"smem\": %d, \"tflops\": %.1f, "
+              "\"ms\": %.3f, \"status\": \"%s\"}\n",
+              name, C::kN, KS, LW, C::kRegsCompute, attr.numRegs, attr.localSizeBytes, C::kSmem, tflops, best,
+              cudaGetErrorString(err));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -571,6 +801,7 @@ int main(int argc, char** argv) {
                                                                         smem_cap);
   run<64, 288, 256, 32, 288, 64, 64, true, 32, 2, 0, 1, 1, false, kBal | kProf>("m64_half_bal_prof", tiles,
                                                                                launches, in, sms, smem_cap);
+  run_fused<2, 0, 255>("m64_fused", tiles, launches, in, sms, smem_cap);
   // With load warps gathering scattered rows.
   run<32, 576, 512, 16, 288, 32, 128, true, 32, 2, 4>("m32_pair_load", tiles, launches, in, sms, smem_cap);
   run<32, 576, 512, 16, 288, 32, 128, true, 16, 4, 4>("m32_pair_load_n16", tiles, launches, in, sms, smem_cap);
@@ -597,6 +828,9 @@ int main(int argc, char** argv) {
                                                                                  tiles, launches, in, sms, smem_cap);
   run<64, 288, 256, 16, 288, 64, 64, true, 32, 3, 4, 1, 1, false, kProf>("m64_half4_load_prof", tiles, launches, in,
                                                                         sms, smem_cap);
+  run_fused<4, 4, 232>("m64_fused_load", tiles, launches, in, sms, smem_cap);
+  run_fused<3, 4, 232>("m64_fused_load_s3", tiles, launches, in, sms, smem_cap);
+  run_fused<4, 0, 255, true>("m64_fused_self", tiles, launches, in, sms, smem_cap);
   const cudaError_t err = cudaDeviceSynchronize();
   return err == cudaSuccess ? 0 : 1;
 }
