@@ -367,11 +367,11 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
     // Where three stages of the 16-row kernel fit (sm_90), they run every
     // call, the 32-row kernel's and the one-tile kernel's included: at 64 rows
     // or fewer too, its three tiles in flight per SM outrun the one-tile
-    // kernel's two CTAs of two stages each from a few KV tiles per request on
-    // (BENCHMARKS.md table 4); within sm_120's 101,376 bytes the rules above
-    // with two stages. Not for an fp8
-    // cache: its load warps convert each row through registers, and the
-    // 32-row kernel runs those compute rows faster (BENCHMARKS.md table 8).
+    // kernel's two CTAs of two stages each once a request has a few KV tiles
+    // (BENCHMARKS.md table 4; docs/design_portable.md). Within sm_120's
+    // 101,376 bytes the rules above, with two stages. Not for an fp8 cache:
+    // its load warps convert each row through registers, and the 32-row
+    // kernel runs those compute rows faster (BENCHMARKS.md table 8).
     const bool s3 =
         !kv_fp8 && kDescs[kCfgGqa128RolesS3].smem_bytes <= smem_cap && image_ok(kCfgGqa128RolesS3, dev);
     if (rows_max >= 256 && !s3 && image_ok(kCfgGqa128RolesM256, dev)) cands[n++] = kCfgGqa128RolesM256;
