@@ -53,6 +53,12 @@
 //   m64_half_bal  m64_half's 2 S warps of 32 rows alone on schedulers 0 and 1, the O
 //              warps two each on schedulers 2 and 3 (kBal)
 //   *_look2 / *_look3  the S warps' K fragments 2 / 3 k-steps ahead of their MMAs
+//   *_g2       two S warp groups taking alternate tiles, the rows' softmax state
+//              handed between them in tile order (the cluster kernel's form, kG2):
+//              m64_half4_g2 is that kernel's core; m64_half_bal_g2 its 32-row S
+//              warps (each K fragment feeding two m16 tiles: 128 B of K per mma
+//              instead of 256), one of each group on schedulers 0 and 1, the O warps
+//              two each on schedulers 2 and 3
 //   m64_fused  the same CTA's work without the S / O split (FlashAttention-2's warp:
 //              8 warps of 16 rows, each Q K^T, softmax and P V with P in registers,
 //              2 groups taking alternate tiles; fused_kernel); _load: fed by 4 load
@@ -107,7 +113,11 @@ constexpr int kPoolRows = 32768;  // the global KV pool the load warps gather fr
 // first reads its result).
 // kLook2 / kLook3 (4 / 8): the S warps load K fragments 2 / 3 k-steps ahead
 // of the MMAs that use them (1 without).
-constexpr int kBal = 1, kProf = 2, kLook2 = 4, kLook3 = 8;
+// kG2 (16): two S warp groups taking alternate tiles, the rows' softmax state
+// handed from group to group in tile order (the cluster kernel's form): with
+// kBal the groups' 32-row S warps share schedulers 0 and 1 (warps 0, 1 and
+// 4, 5), else the groups are warps 0-3 and 4-7 and the O warps 8-11.
+constexpr int kBal = 1, kProf = 2, kLook2 = 4, kLook3 = 8, kG2 = 16;
 
 template <int M, int DQK, int DV, int QR, int QD, int PR, int PC, bool XCH, int N_, int KS, int LW, int CH = 1,
           int NS = 1, bool OL = false, int FL = 0>
@@ -128,28 +138,39 @@ struct Cfg {
   static constexpr bool kBalanced = (FL & kBal) != 0;
   static constexpr bool kProfiled = (FL & kProf) != 0;
   static constexpr int kLook = 1 + ((FL >> 2) & 3);  // K fragment lookahead of the S warps, in k-steps
+  static constexpr int kGroups = (FL & kG2) ? 2 : 1;  // S warp groups (kSWarps each) taking alternate tiles
   static_assert(!kBalanced || (kSWarps == 2 && kOWarps == 4), "the balanced placement is for 2 S + 4 O warps");
-  static constexpr int kComputeThreads = (kSWarps + kOWarps) * 32;  // the named barriers' count
-  static constexpr int kComputeWarps = kBalanced ? 8 : kSWarps + kOWarps;  // warps before the load warps
+  static_assert(kGroups == 1 || (kPairs == 1 && NS == 1 && (kBalanced || (kSWarps == 4 && kOWarps == 4))),
+                "two groups: one S warp per row group, the cluster kernel's 4 + 4 + 4 or the balanced placement");
+  static constexpr int kComputeThreads = (kSWarps + kOWarps) * 32;  // the named barriers' count: one group + O
+  static constexpr int kComputeWarps = kBalanced ? 8 : kGroups * kSWarps + kOWarps;  // warps before the load warps
   static constexpr int kThreads = kComputeWarps * 32 + LW * 32;
-  // setmaxnreg per warpgroup: 0-3 and 4-7 (the load warps give back down to 56).
-  static constexpr int kRegsWg0 = kBalanced ? 240 : 216, kRegsWg1 = kBalanced ? 200 : 216;
-  static_assert(LW == 0 || 128 * (kRegsWg0 + kRegsWg1 + 56) <= kThreads * (65536 / kThreads / 8 * 8),
+  // setmaxnreg per compute warpgroup (the load warps give back down to kRegsLoad).
+  static constexpr int kRegsWg0 = kGroups == 2 ? (kBalanced ? 224 : 144) : kBalanced ? 240 : 216;
+  static constexpr int kRegsWg1 = kGroups == 2 ? (kBalanced ? 224 : 144) : kBalanced ? 200 : 216;
+  static constexpr int kRegsWg2 = kComputeWarps > 8 ? 176 : 0;
+  static constexpr int kRegsLoad = kComputeWarps > 8 ? 48 : 56;
+  static_assert(LW == 0 || 128 * (kRegsWg0 + kRegsWg1 + kRegsWg2 + kRegsLoad) <= kThreads * (65536 / kThreads / 8 * 8),
                 "setmaxnreg budget");
-  // S warp index of warp w (-1: not an S warp), O warp index likewise.
-  __device__ static int s_index(int w) { return kBalanced ? (w < 2 ? w : -1) : (w < kSWarps ? w : -1); }
+  // S warp index of warp w within its group (-1: not an S warp), its group, O warp index likewise.
+  __device__ static int s_index(int w) {
+    if (kBalanced) return kGroups == 2 ? ((w & 3) < 2 ? (w & 3) : -1) : (w < 2 ? w : -1);
+    return w < kGroups * kSWarps ? w % kSWarps : -1;
+  }
+  __device__ static int s_group(int w) { return kGroups == 1 ? 0 : kBalanced ? w / 4 : w / kSWarps; }
   __device__ static int o_index(int w) {
     if (kBalanced) return (w == 2 || w == 3) ? w - 2 : (w == 6 || w == 7) ? w - 4 : -1;
-    return (w >= kSWarps && w < kSWarps + kOWarps) ? w - kSWarps : -1;
+    return (w >= kGroups * kSWarps && w < kGroups * kSWarps + kOWarps) ? w - kGroups * kSWarps : -1;
   }
   static constexpr int kKStride = DQK + 8;  // bf16 per K row: 16 B of padding keeps ldmatrix conflict-free
   static constexpr int kPStride = kN + 8;
   static constexpr int kKBytes = kN * kKStride * 2;
   static constexpr int kPBytes = M * kPStride * 2;
   static constexpr int kXFloats = (QR / 16) * (kN / 8 / NS) * 4;  // partial scores per lane
+  static constexpr int kChainFloats = kGroups == 2 ? (M / QR) * 32 * 4 * (QR / 16) : 0;  // a lane's m, l per row group
   static constexpr int kSmem =
       KS * kKBytes + 2 * kPBytes + 2 * M * 4 + 2 * kSWarps * kXFloats * 32 * 4 + 2 * kSWarps * 2 * 2 * 8 * 4 +
-      2 * KS * 8;
+      kChainFloats * 4 + 2 * KS * 8;
   static constexpr double kFlopPerTile = 2.0 * M * kN * (DQK + DV);
 };
 
@@ -164,7 +185,8 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   float* sA = reinterpret_cast<float*>(smem + KS * C::kKBytes + 2 * C::kPBytes);     // [2][M]
   float* sX = sA + 2 * M;                                                            // [2][S warps][kXFloats][32]
   float* sMx = sX + 2 * C::kSWarps * C::kXFloats * 32;                               // [2][S warps][2][2][8]: row maxima
-  uint64_t* full = reinterpret_cast<uint64_t*>(sMx + 2 * C::kSWarps * 2 * 2 * 8);    // [KS]
+  float* sChain = sMx + 2 * C::kSWarps * 2 * 2 * 8;                                 // [row groups][32][4 MT] (kG2)
+  uint64_t* full = reinterpret_cast<uint64_t*>(sChain + C::kChainFloats);            // [KS]
   uint64_t* empty = full + KS;                                                       // [KS]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
@@ -178,7 +200,10 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     mbar_init(empty + threadIdx.x, C::kSWarps + C::kOWarps);
   }
   __syncthreads();
-  constexpr int kFull = 1, kEmpty = 3, kPair = 5, kOSync = 10;  // named barriers (0 is __syncthreads)
+  // Named barriers (0 is __syncthreads). kG2's chain (no pairs, no O loads
+  // there): kChain + g x row groups + rg, arrived by group g, synced by the other.
+  constexpr int kFull = 1, kEmpty = 3, kPair = 5, kOSync = 10, kChain = 5;
+  static_assert(C::kGroups == 1 || kChain + 2 * (M / QR) <= 16, "named barrier ids");
   constexpr bool kFed = C::kLoadWarps > 0 || C::kOLoad;  // stages refilled per tile
   float acc_sum = 0.f;
   // Stage of tile it, and the parity of its fill.
@@ -204,7 +229,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   if (warp >= C::kComputeWarps) {
     // ---------------- load warps ----------------
     if constexpr (C::kLoadWarps > 0) {
-      asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(C::kRegsLoad));
       for (int it = 0; it < tiles; ++it) {
         if (it >= KS) mbar_wait(empty + stage(it), phase(it) ^ 1);
         fill(it, threadIdx.x - C::kComputeWarps * 32, C::kLoadWarps * 32);
@@ -213,13 +238,18 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     }
     return;
   }
-  if constexpr (C::kLoadWarps > 0) {
+  // Role-pure warpgroups (two groups of 4 S warps, then the O warps) take
+  // their registers inside their role's branch, so that each role's code is
+  // allocated under its own budget; the other placements share one join.
+  constexpr bool kRoleRegs = C::kGroups == 2 && !C::kBalanced;
+  auto regs_s = [&] {
     if (warp < 4) {
       asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(C::kRegsWg0));
     } else {
       asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(C::kRegsWg1));
     }
-  }
+  };
+  if constexpr (C::kLoadWarps > 0 && !kRoleRegs) regs_s();
   const int si = C::s_index(warp), oi = C::o_index(warp);
   if (si < 0 && oi < 0) return;  // an idle warp of the balanced placement
   // Phase cycles (kProfiled): S warps 0 wait full, 1 Q K^T issue, 2 exchange,
@@ -237,6 +267,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 
   if (si >= 0) {
     // ---------------- S warps ----------------
+    if constexpr (C::kLoadWarps > 0 && kRoleRegs) regs_s();
     constexpr int MT = QR / 16, KT = QD / 16, NS = C::kColSplit, NT = N / 8 / NS;
     const int cs = si % NS, wp = si / NS;  // column half, then row group / dim half
     const int rg = wp / C::kPairs, dh = wp % C::kPairs;
@@ -256,7 +287,9 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     for (int mi = 0; mi < MT; ++mi) m_run[mi][0] = m_run[mi][1] = -1e30f, l_run[mi][0] = l_run[mi][1] = 0.f;
     const float scale = 0.0601f;  // log2(e) / sqrt(576)
     if constexpr (C::kProfiled) t_last = static_cast<uint32_t>(clock());
-    for (int it = 0; it < tiles; ++it) {
+    const int grp = C::s_group(warp);
+    float* chain = sChain + (rg * 32 + lane) * 4 * MT;  // kG2: this lane's rows' m, l between the groups
+    for (int it = grp; it < tiles; it += C::kGroups) {
       const int b = it & 1, st = stage(it);
       if constexpr (kFed) mbar_wait(full + st, phase(it));
       mark(0);
@@ -340,6 +373,15 @@ __global__ void __launch_bounds__(C::kThreads, 1)
         }
       }
       mark(2);
+      if constexpr (C::kGroups == 2) {
+        if (it >= 1) {  // the other group's tile it - 1 left the rows' state
+          named_barrier_sync(kChain + (grp ^ 1) * (M / QR) + rg, 64);
+#pragma unroll
+          for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) m_run[mi][h] = chain[4 * mi + h], l_run[mi][h] = chain[4 * mi + 2 + h];
+        }
+      }
       // Online softmax of rows g and g + 8 of each m16 tile: the row maxima
       // over this warp's columns (the quad of lanes of a row), then, with the
       // columns split, over the other half's too (shared memory, one barrier
@@ -387,6 +429,15 @@ __global__ void __launch_bounds__(C::kThreads, 1)
           }
           l_run[mi][h] = l_run[mi][h] * alpha[mi][h] + sum;
         }
+      if constexpr (C::kGroups == 2) {
+        if (it + 1 < tiles) {  // for the other group's tile it + 1
+#pragma unroll
+          for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) chain[4 * mi + h] = m_run[mi][h], chain[4 * mi + 2 + h] = l_run[mi][h];
+          named_barrier_arrive(kChain + grp * (M / QR) + rg, 64);
+        }
+      }
       mark(3);
       named_barrier_sync(kEmpty + b, CT);  // the O warps are done with P[b] of tile it - 2
       mark(4);
@@ -410,12 +461,17 @@ __global__ void __launch_bounds__(C::kThreads, 1)
       named_barrier_arrive(kFull + b, CT);
       mark(5);
     }
-    named_barrier_sync(kEmpty + (tiles & 1), CT);  // the O warps' last two releases
-    named_barrier_sync(kEmpty + ((tiles + 1) & 1), CT);
+    if constexpr (C::kGroups == 2) {
+      named_barrier_sync(kEmpty + grp, CT);  // the O warps' last release of this group's buffer
+    } else {
+      named_barrier_sync(kEmpty + (tiles & 1), CT);  // the O warps' last two releases
+      named_barrier_sync(kEmpty + ((tiles + 1) & 1), CT);
+    }
 #pragma unroll
     for (int mi = 0; mi < MT; ++mi) acc_sum += l_run[mi][0] + l_run[mi][1];
   } else {
     // ---------------- O warps ----------------
+    if constexpr (C::kLoadWarps > 0 && kRoleRegs) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(C::kRegsWg2));
     constexpr int MT = PR / 16, NT = PC / 8;
     const int v = oi;
     const int rg = v / (DV / PC), cg = v % (DV / PC);
@@ -712,10 +768,14 @@ void run(const char* name, int tiles, int launches, const Inputs& in, int sms, i
   // configuration itself needs less (sm_120 fits one such CTA per SM anyway).
   int smem = C::kSmem;
   if (smem * 2 <= smem_cap) smem = smem_cap / 2 + 1024;
-  if (C::kSmem > 101376 ||
+  // kG2: the exchange stand-in keeps a slot per S warp of both groups, where
+  // the cluster kernel's groups share one per row group (their halves land in
+  // turn): that second set is not counted against sm_120's cap.
+  constexpr int kStandIn = C::kGroups == 2 ? C::kSWarps * C::kXFloats * 32 * 4 : 0;
+  if (C::kSmem - kStandIn > 101376 ||
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) {
     std::printf("{\"config\": \"%s\", \"error\": \"shared memory %d (sm_120: 101376 at most)\"}\n", name,
-                C::kSmem);
+                C::kSmem - kStandIn);
     return;
   }
   cudaFuncAttributes attr;
@@ -802,6 +862,10 @@ int main(int argc, char** argv) {
   run<64, 288, 256, 32, 288, 64, 64, true, 32, 2, 0, 1, 1, false, kBal | kProf>("m64_half_bal_prof", tiles,
                                                                                launches, in, sms, smem_cap);
   run_fused<2, 0, 255>("m64_fused", tiles, launches, in, sms, smem_cap);
+  run<64, 288, 256, 16, 288, 64, 64, true, 32, 2, 0, 1, 1, false, kG2>("m64_half4_g2", tiles, launches, in, sms,
+                                                                      smem_cap);
+  run<64, 288, 256, 32, 288, 64, 64, true, 32, 2, 0, 1, 1, false, kBal | kG2>("m64_half_bal_g2", tiles, launches, in,
+                                                                             sms, smem_cap);
   // With load warps gathering scattered rows.
   run<32, 576, 512, 16, 288, 32, 128, true, 32, 2, 4>("m32_pair_load", tiles, launches, in, sms, smem_cap);
   run<32, 576, 512, 16, 288, 32, 128, true, 16, 4, 4>("m32_pair_load_n16", tiles, launches, in, sms, smem_cap);
@@ -828,6 +892,10 @@ int main(int argc, char** argv) {
                                                                                  tiles, launches, in, sms, smem_cap);
   run<64, 288, 256, 16, 288, 64, 64, true, 32, 3, 4, 1, 1, false, kProf>("m64_half4_load_prof", tiles, launches, in,
                                                                         sms, smem_cap);
+  run<64, 288, 256, 16, 288, 64, 64, true, 32, 4, 4, 1, 1, false, kG2>("m64_half4_g2_load", tiles, launches, in, sms,
+                                                                      smem_cap);
+  run<64, 288, 256, 32, 288, 64, 64, true, 32, 4, 4, 1, 1, false, kBal | kG2>("m64_half_bal_g2_load", tiles, launches,
+                                                                             in, sms, smem_cap);
   run_fused<4, 4, 232>("m64_fused_load", tiles, launches, in, sms, smem_cap);
   run_fused<3, 4, 232>("m64_fused_load_s3", tiles, launches, in, sms, smem_cap);
   run_fused<4, 0, 255, true>("m64_fused_self", tiles, launches, in, sms, smem_cap);
