@@ -156,6 +156,10 @@ def full_grid() -> List[Shape]:
         out.append(mla(1, 16, t, 8 * K, "ddtree", ["ddtree"]))
     for t in (64, 1024):
         out.append(gqa(1, t, 8 * K, tags=["ddtree"]))
+    # MHA (group 1): 16 and 4 rows per KV head, where a 128-row warp-role CTA
+    # keeps one of its 16-row warps busy and the one-tile kernel two CTAs per SM
+    # (kernels/plan.cc's head_dim 128 rule on sm_90).
+    out += [gqa(16, 16, 8 * K, heads=32, kv_heads=32), gqa(64, 4, 1 * K, heads=32, kv_heads=32)]
     # head_dim 256 (Gemma-style; the one-tile kernels)
     out += [gqa(1, 64, 8 * K, head_dim=256), gqa(16, 16, 4 * K, head_dim=256),
             gqa(4, 16, 8 * K, heads=16, kv_heads=8, head_dim=256)]
