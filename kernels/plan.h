@@ -415,8 +415,9 @@ template <> struct ConfigShape<kCfgGqa64Roles> { using type = TileShapeRolesGqa<
 template <> struct ConfigShape<kCfgGqa128Roles> { using type = TileShapeRolesGqa<128, 8, 64, 2, 4>; };
 // Three stages where 104,496 bytes fit (sm_90, not sm_120): a third K / V
 // tile in flight while the consumers read one, faster than two stages on the
-// bandwidth-bound rows and than the 32-row kernel on the compute-bound ones
-// (BENCHMARKS.md table 4); not over an fp8 cache (kernels/plan.cc).
+// bandwidth-bound rows, than the 32-row kernel on the compute-bound ones and
+// than the one-tile kernel at 64 rows or fewer (BENCHMARKS.md table 4); not
+// over an fp8 cache (kernels/plan.cc).
 template <> struct ConfigShape<kCfgGqa128RolesS3> { using type = TileShapeRolesGqa<128, 8, 64, 3, 4>; };
 // Four stages of the CTA's 288-dim half of 32-row K tiles: 97,504 bytes.
 template <> struct ConfigShape<kCfgMlaClusterM64N32> { using type = TileShapeClusterMla<32, 4>; };

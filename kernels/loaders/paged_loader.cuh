@@ -100,8 +100,7 @@ struct PagedLoader {
   __device__ __forceinline__ void page_coord(int j, int* page, int* slot) const {
     const int page_in_req = j / page_size;
     *slot = j - page_in_req * page_size;
-    const int64_t s = static_cast<int64_t>(slot_begin) + page_in_req;
-    *page = (s >= 0 && s < slot_end) ? __ldg(indices + s) : -1;
+    *page = page_entry(page_in_req);
   }
 };
 
