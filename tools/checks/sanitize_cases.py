@@ -1,11 +1,12 @@
 """A representative subset of the GPU suite, small enough for compute-sanitizer.
 
-Flat and paged, MLA and GQA, split and unsplit, tree and causal, fp16 and bf16,
+Flat and paged, MLA and GQA, split (by request and balanced by KV length) and
+unsplit, tree and causal, fp16 and bf16,
 fp8 (e4m3) caches (skipped when --config forces a head_dim 64 / 128 GQA
 kernel without fp8 instances, as racecheck's one-tile run does);
 each checked against the float64 reference (exit status 1 on a mismatch).
 Plus a bad-index case (paged, page ids past the end, negative and INT32_MAX in
-three requests, split and unsplit): the run expects
+three requests, split, balanced and unsplit): the run expects
 verify_attn.check_errors() to raise KernelInputError naming a poisoned request,
 the clean request to stay exact, and (memcheck) no out-of-pool read. Run it
 with PYTORCH_NO_CUDA_MEMORY_CACHING=1 so each tensor is its own allocation and
@@ -37,10 +38,11 @@ from verify_attn import masks, reference, testing
 
 
 def make_case(rng, *, mla, paged, dtype, batch, q_len, prefix, heads, hkv, d, page_size, causal,
-              in_order=False, kv_slot_runs=1, fp8=False):
+              in_order=False, kv_slot_runs=1, fp8=False, balance=None):
     dev = "cuda"
     q_lens = [q_len if i % 2 == 0 else max(1, q_len // 2) for i in range(batch)]
-    kv_lens = [prefix + i + q for i, q in enumerate(q_lens)]
+    # balance: request i's prefix (1 + 3 i) x prefix, so balanced splits give the requests unequal counts
+    kv_lens = [(prefix * (1 + 3 * i) if balance else prefix + i) + q for i, q in enumerate(q_lens)]
     qo_indptr = torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0)), dtype=torch.int32, device=dev)
     total_q = int(qo_indptr[-1])
     dqk, dvo = (576, 512) if mla else (d, d)
@@ -56,7 +58,7 @@ def make_case(rng, *, mla, paged, dtype, batch, q_len, prefix, heads, hkv, d, pa
         k = torch.randn(rows, hkv, dqk, device=dev, dtype=dtype)
         v = None if mla else torch.randn(rows, hkv, dvo, device=dev, dtype=dtype)
         args = (q, k, v, qo_indptr, kv_indptr)
-        fn, ref = functools.partial(verify_attn.tree_attention_flat, tuning=tuning_for(mla, d)), reference.reference_attention_flat
+        fn, ref = functools.partial(verify_attn.tree_attention_flat, tuning=tuning_for(mla, d, balance)), reference.reference_attention_flat
         kw = {}
     else:
         pages = [(n + page_size - 1) // page_size for n in kv_lens]
@@ -69,7 +71,7 @@ def make_case(rng, *, mla, paged, dtype, batch, q_len, prefix, heads, hkv, d, pa
         v = None if mla else torch.randn(num_pages, page_size, hkv, dvo, device=dev, dtype=dtype)
         kv_len = torch.tensor(kv_lens, dtype=torch.int32, device=dev)
         args = (q, k, v, qo_indptr, kv_indptr, perm, kv_len)
-        fn, ref = functools.partial(verify_attn.tree_attention_paged, tuning=tuning_for(mla, d)), reference.reference_attention_paged
+        fn, ref = functools.partial(verify_attn.tree_attention_paged, tuning=tuning_for(mla, d, balance)), reference.reference_attention_paged
         if kv_slot_runs > 1:  # the hint: sm_90 MLA takes the TMA kernel, boxing runs, gathering the rest
             fn = functools.partial(fn, kv_slot_runs=kv_slot_runs)
         kw = {}
@@ -80,18 +82,22 @@ def make_case(rng, *, mla, paged, dtype, batch, q_len, prefix, heads, hkv, d, pa
     return fn, ref, args, dict(tree_mask=tree, causal=causal, **kw)
 
 
-def bad_index_case(rng, *, mla, splits, page_size=None, kv_slot_runs=1):
+def bad_index_case(rng, *, mla, splits, page_size=None, kv_slot_runs=1, balance=None):
     """Poisoned page ids must not be read; check_errors names one; every poisoned request's
     rows are NaN; request 0 stays exact.
 
     kv_slot_runs=64 (page_size 1, MLA): slots in runs of 64, so the plan takes the
     rows-map TMA kernel (mla_wgmma_seesaw_tma_rows; asserted unless --config
     forces another, as gpu_run.sh does under racecheck); one
-    poisoned id is the first row of a tile (the row a box would start from)."""
+    poisoned id is the first row of a tile (the row a box would start from).
+    balance: Tuning.balance_splits, over 8 x longer prefixes (GQA: the warp-role
+    kernels share the split CTAs by KV length)."""
     dev = "cuda"
     if page_size is None:
         page_size = 1 if mla else 16
     q_lens, prefix = [6, 5, 4, 7], [90, 60, 130, 40]
+    if balance:  # long enough for the automatic split count to split (asserted below)
+        prefix = [8 * n for n in prefix]
     kv_lens = [p + q for p, q in zip(prefix, q_lens)]
     pages = [(n + page_size - 1) // page_size for n in kv_lens]
     num_pages = sum(pages) + 3
@@ -125,11 +131,16 @@ def bad_index_case(rng, *, mla, splits, page_size=None, kv_slot_runs=1):
         bad[kvp[req] + pos] = val
     hint = {"kv_slot_runs": kv_slot_runs} if kv_slot_runs > 1 else {}
     verify_attn.check_errors()
-    tuning = tuning_for(mla, dqk)
+    tuning = tuning_for(mla, dqk, balance)
     if hint and torch.cuda.get_device_capability() == (9, 0) and not tuning.config:
         name = verify_attn.plan_info(q, k, v, qo, kv_indptr, bad, kv_len, tree_mask=tree, max_q_len=max(q_lens),
                                      max_kv_len=max(kv_lens), num_splits=splits, tuning=tuning, **hint)["name"]
         assert name.endswith("mla_wgmma_seesaw_tma_rows"), name
+    if balance and torch.cuda.get_device_capability() == (9, 0) and not tuning.config:
+        # (sm_90 plans the three-stage warp-role kernel at these 28 rows per KV head; sm_120 the one-tile one)
+        units = verify_attn.plan_info(q, k, v, qo, kv_indptr, bad, kv_len, tree_mask=tree, max_q_len=max(q_lens),
+                                      max_kv_len=max(kv_lens), num_splits=splits, tuning=tuning)["split_units"]
+        assert units > 0, "the plan does not balance the splits of the bad-index case"
     out = verify_attn.tree_attention_paged(q, k, v, qo, kv_indptr, bad, kv_len, tree_mask=tree,
                                            max_q_len=max(q_lens), max_kv_len=max(kv_lens), num_splits=splits,
                                            tuning=tuning, **hint)
@@ -147,8 +158,9 @@ def bad_index_case(rng, *, mla, splits, page_size=None, kv_slot_runs=1):
           and all_nan and err < 1e-2 and bool(torch.isfinite(out[r]).all()))
     if not all_nan:
         msg = "a poisoned request's rows are not all NaN; " + msg
-    print("%s bad-index mla=%s page_size=%d kv_slot_runs=%d splits=%d: request 0 rel err %.2e; raised: %s" % (
-        "ok  " if ok else "FAIL", mla, page_size, kv_slot_runs, splits, err, msg[:200]))
+    print("%s bad-index mla=%s page_size=%d kv_slot_runs=%d splits=%d%s: request 0 rel err %.2e; raised: %s" % (
+        "ok  " if ok else "FAIL", mla, page_size, kv_slot_runs, splits, " balanced" if balance else "", err,
+        msg[:200]))
     return ok
 
 
@@ -156,11 +168,12 @@ CONFIGS = []
 O_TMA = True
 
 
-def tuning_for(mla, d):
-    """The Tuning of an MLA call (mla) or a GQA call of head_dim d: the first --config tag serving it."""
+def tuning_for(mla, d, balance=None):
+    """The Tuning of an MLA call (mla) or a GQA call of head_dim d: the first --config tag serving it;
+    balance: Tuning.balance_splits (None: the plan's rule)."""
     prefix = "mla_" if mla else "gqa_d%d_" % d
     tag = next((c for c in CONFIGS if c.startswith(prefix)), "")
-    return verify_attn.Tuning(config=tag, o_tma=O_TMA)
+    return verify_attn.Tuning(config=tag, o_tma=O_TMA, balance_splits=balance)
 
 
 def main(argv=None):
@@ -206,6 +219,10 @@ def main(argv=None):
         # above 256 rows per KV head (group 8 x q_len 40 / 20: 320 / 160 rows): several row
         # tiles of either warp-role GQA kernel, the last partly empty
         dict(mla=False, paged=False, dtype=torch.bfloat16, batch=2, q_len=40, prefix=200, heads=16, hkv=2, d=128, page_size=1, causal=True, splits=0),
+        # balanced splits (the warp-role GQA kernels, automatic split count): requests of
+        # 0.1k to 1.4k KV rows take unequal numbers of split CTAs, merged per request
+        dict(mla=False, paged=True, dtype=torch.bfloat16, batch=4, q_len=16, prefix=120, heads=16, hkv=2, d=128, page_size=1, causal=False, splits=0, balance=True),
+        dict(mla=False, paged=False, dtype=torch.float16, batch=3, q_len=20, prefix=150, heads=12, hkv=2, d=64, page_size=1, causal=True, splits=0, balance=True),
         # fp8 (e4m3) caches: the load warps convert each row into the stage
         dict(mla=False, paged=True, dtype=torch.bfloat16, batch=2, q_len=24, prefix=300, heads=16, hkv=2, d=128, page_size=1, causal=False, splits=2, fp8=True),
         dict(mla=False, paged=False, dtype=torch.float16, batch=2, q_len=40, prefix=150, heads=16, hkv=2, d=64, page_size=1, causal=True, splits=0, fp8=True),
@@ -223,6 +240,12 @@ def main(argv=None):
             continue
         splits = c.pop("splits")
         fn, ref, args, kw = make_case(rng, **c)
+        if c.get("balance") and not fn.keywords["tuning"].config:
+            units = verify_attn.plan_info(*args, num_splits=splits, tuning=fn.keywords["tuning"], **kw)["split_units"]
+            if not units:  # the case would not test what it is for
+                failed += 1
+                print("FAIL mla=%s paged=%s balanced: the plan does not balance the splits" % (c["mla"], c["paged"]))
+                continue
         out, lse = fn(*args, return_lse=True, num_splits=splits, **kw)
         torch.cuda.synchronize()
         ro, rl = ref(*args, **kw)
@@ -231,10 +254,12 @@ def main(argv=None):
         ok = err < 1e-2 and lerr < 1e-2 and torch.isfinite(out).all().item()
         worst = max(worst, err)
         failed += not ok
-        print("%s mla=%s paged=%s splits=%d%s: rel err %.2e, lse max abs err %.2e" % (
-            "ok  " if ok else "FAIL", c["mla"], c["paged"], splits, " fp8" if c.get("fp8") else "", err, lerr))
+        print("%s mla=%s paged=%s splits=%d%s%s: rel err %.2e, lse max abs err %.2e" % (
+            "ok  " if ok else "FAIL", c["mla"], c["paged"], splits, " fp8" if c.get("fp8") else "",
+            " balanced" if c.get("balance") else "", err, lerr))
     bad_cases = [dict(mla=True, splits=0), dict(mla=True, splits=0, page_size=64), dict(mla=False, splits=3),
-                 dict(mla=False, splits=1), dict(mla=True, splits=0, kv_slot_runs=64),
+                 dict(mla=False, splits=1), dict(mla=False, splits=0, balance=True),
+                 dict(mla=True, splits=0, kv_slot_runs=64),
                  dict(mla=True, splits=3, kv_slot_runs=64)]
     for c in bad_cases:
         failed += not bad_index_case(rng, **c)
