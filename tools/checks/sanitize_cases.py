@@ -132,15 +132,13 @@ def bad_index_case(rng, *, mla, splits, page_size=None, kv_slot_runs=1, balance=
     hint = {"kv_slot_runs": kv_slot_runs} if kv_slot_runs > 1 else {}
     verify_attn.check_errors()
     tuning = tuning_for(mla, dqk, balance)
-    if hint and torch.cuda.get_device_capability() == (9, 0) and not tuning.config:
-        name = verify_attn.plan_info(q, k, v, qo, kv_indptr, bad, kv_len, tree_mask=tree, max_q_len=max(q_lens),
-                                     max_kv_len=max(kv_lens), num_splits=splits, tuning=tuning, **hint)["name"]
-        assert name.endswith("mla_wgmma_seesaw_tma_rows"), name
-    if balance and torch.cuda.get_device_capability() == (9, 0) and not tuning.config:
-        # (sm_90 plans the three-stage warp-role kernel at these 28 rows per KV head; sm_120 the one-tile one)
-        units = verify_attn.plan_info(q, k, v, qo, kv_indptr, bad, kv_len, tree_mask=tree, max_q_len=max(q_lens),
-                                      max_kv_len=max(kv_lens), num_splits=splits, tuning=tuning)["split_units"]
-        assert units > 0, "the plan does not balance the splits of the bad-index case"
+    if (hint or balance) and torch.cuda.get_device_capability() == (9, 0) and not tuning.config:
+        # What the case is for, on sm_90: the rows-map TMA kernel (the hint), balanced splits (the
+        # three-stage warp-role kernel at these 28 rows per KV head; sm_120 plans the one-tile one).
+        info = verify_attn.plan_info(q, k, v, qo, kv_indptr, bad, kv_len, tree_mask=tree, max_q_len=max(q_lens),
+                                     max_kv_len=max(kv_lens), num_splits=splits, tuning=tuning, **hint)
+        assert not hint or info["name"].endswith("mla_wgmma_seesaw_tma_rows"), info["name"]
+        assert not balance or info["split_units"] > 0, "the plan does not balance the splits of the bad-index case"
     out = verify_attn.tree_attention_paged(q, k, v, qo, kv_indptr, bad, kv_len, tree_mask=tree,
                                            max_q_len=max(q_lens), max_kv_len=max(kv_lens), num_splits=splits,
                                            tuning=tuning, **hint)
@@ -220,7 +218,7 @@ def main(argv=None):
         # tiles of either warp-role GQA kernel, the last partly empty
         dict(mla=False, paged=False, dtype=torch.bfloat16, batch=2, q_len=40, prefix=200, heads=16, hkv=2, d=128, page_size=1, causal=True, splits=0),
         # balanced splits (the warp-role GQA kernels, automatic split count): requests of
-        # 0.1k to 1.4k KV rows take unequal numbers of split CTAs, merged per request
+        # 0.1k to 1.2k KV rows take unequal numbers of split CTAs, merged per request
         dict(mla=False, paged=True, dtype=torch.bfloat16, batch=4, q_len=16, prefix=120, heads=16, hkv=2, d=128, page_size=1, causal=False, splits=0, balance=True),
         dict(mla=False, paged=False, dtype=torch.float16, batch=3, q_len=20, prefix=150, heads=12, hkv=2, d=64, page_size=1, causal=True, splits=0, balance=True),
         # fp8 (e4m3) caches: the load warps convert each row into the stage
