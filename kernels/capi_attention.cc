@@ -373,10 +373,11 @@ KernelParams make_kernel_params(const va_params* p, const Plan& plan) {
   kp.v_scale = p->v_is_k_prefix == 1 ? p->k_scale : p->v_scale;  // MLA: V is K's first columns
   kp.num_splits = plan.splits;
   kp.split_units = plan.split_units;
+  kp.pair_splits = plan.pair_splits ? 1 : 0;
   kp.ws_rows = plan.ws_rows;
   kp.grid_rows_fastest = plan.grid_rows_fastest ? 1 : 0;
   kp.early_a0_release = plan.early_a0_release ? 1 : 0;
-  if (plan.splits > 1) {
+  if (plan.workspace_bytes > 0) {
     kp.ws_o = static_cast<float*>(p->workspace);
     kp.ws_lse = reinterpret_cast<float*>(static_cast<char*>(p->workspace) + plan.ws_o_bytes);
   }
@@ -429,6 +430,7 @@ va_status build_plan(const va_params* p, const va_plan_options& opt, bool plan_e
     VA_RETURN_IF(plan_for(&shape, opt, &pl->plan));
     pl->plan.splits = 1;
     pl->plan.split_units = 0;
+    pl->plan.pair_splits = false;
     pl->plan.workspace_bytes = 0;
     pl->plan.ws_o_bytes = 0;
     return VA_OK;
@@ -476,7 +478,7 @@ va_status run_plan(const va_plan* pl, const va_run_args* r) {
     return va_fail(VA_ERR_INVALID_VALUE,
                    "lse: the plan was made without lse (create it with an lse to get one)");
   const Plan& plan = pl->plan;
-  if (plan.splits > 1) {
+  if (plan.workspace_bytes > 0) {
     if (r->workspace == nullptr)
       return va_fail(VA_ERR_WORKSPACE, "workspace: NULL but %zu bytes are needed (%d splits)",
                      plan.workspace_bytes, plan.splits);
@@ -494,7 +496,7 @@ va_status run_plan(const va_plan* pl, const va_run_args* r) {
   kp.v = pl->mla ? r->k : r->v;
   kp.out = r->out;
   kp.lse = r->lse;
-  if (plan.splits > 1) {
+  if (plan.workspace_bytes > 0) {
     kp.ws_o = static_cast<float*>(r->workspace);
     kp.ws_lse = reinterpret_cast<float*>(static_cast<char*>(r->workspace) + plan.ws_o_bytes);
   }

@@ -25,7 +25,9 @@
 //                   released.
 // After the loop the consumers normalize and store O (or the split's partial
 // O and lse; times v_scale for an fp8 cache) once the load warps are done
-// (the bad-index flag).
+// (the bad-index flag); a pair of splits (Plan::pair_splits) combines its two
+// partial states in the cluster of its two CTAs and stores the output
+// (kernels/core/pair_combine.cuh).
 #ifndef VERIFY_ATTN_GQA_ROLES_KERNEL_CUH_
 #define VERIFY_ATTN_GQA_ROLES_KERNEL_CUH_
 
@@ -34,6 +36,7 @@
 #include "kernels/core/gqa_warp.cuh"
 #include "kernels/core/mask.cuh"
 #include "kernels/core/mma.cuh"
+#include "kernels/core/pair_combine.cuh"
 #include "kernels/core/request.cuh"
 #include "kernels/core/roles.cuh"
 #include "kernels/core/scores.cuh"
@@ -61,6 +64,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_kernel(const Ker
   static_assert(M == 16 * CW && N % 16 == 0 && NT % 2 == 0 && NTO % 2 == 0, "tile shape");
   constexpr int kDone = 1;     // named barrier (0 is __syncthreads)
   constexpr bool kFp8 = IsKvFp8<Shape>::value;  // the cache holds e4m3 (kernels/loaders/fp8_rows.cuh)
+  // A pair of splits (p.pair_splits, kernels/core/pair_combine.cuh): not
+  // over an fp8 cache, whose load warps have no register to spare.
+  constexpr bool kPair = !kFp8;
 
   extern __shared__ __align__(16) unsigned char smem[];
   DT* sK = reinterpret_cast<DT*>(smem);                                 // [STAGES][N][KS]
@@ -70,6 +76,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_kernel(const Ker
   __shared__ int s_bad_kv;  // a KV row of this CTA had a bad index: its rows become NaN
 
   __shared__ RequestTile s_rt;
+  __shared__ uint64_t s_pair[CW / 2];  // a pair of splits: slot w / 2's partner state landed
+  static_assert(kPairBufferBytes<NTO, CW> <= Shape::kKBytes + Shape::kVBytes, "pair: receiving area");
   // setmaxnreg 56 (load warpgroup) / 224 (the two consumer warpgroups): what
   // the load warps give back covers what the consumers take from the
   // 65536 / 384 -> 168 registers per thread the CTA enters with, else
@@ -80,6 +88,12 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_kernel(const Ker
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
   if (!role_prologue<Shape, DT, Loader>(p, &s_rt, &s_bad_kv, full, empty, 32 * LW, CW)) return;
+  // Both CTAs of a pair decide alike (same request, row tile and inputs):
+  // both return above or neither.
+  if (kPair && p.pair_splits && tid == 0) {
+    for (int i = 0; i < CW / 2; ++i) sm90::mbar_init(s_pair + i, 1);
+    sm90::mbar_init_fence();
+  }
 
   if (warp >= CW) {
     // ------------------------------------------------------------ load warps
@@ -119,6 +133,10 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_kernel(const Ker
           copy_resolved_rows_lines<N, 32 * LW, D, KS>(sV + st * N * KS, gv, r.v_off, r.ok, lt);
         });
     sm90::named_barrier_arrive(kDone, Shape::kThreads);
+    if (kPair && p.pair_splits) {
+      pair_both_done();
+      pair_before_exit();
+    }
     return;
   }
 
@@ -198,6 +216,13 @@ __global__ void __launch_bounds__(Shape::kThreads, 1) gqa_roles_kernel(const Ker
   }
 
   sm90::named_barrier_sync(kDone, Shape::kThreads);  // the load warps' s_bad_kv is visible
+  if (kPair && p.pair_splits) {
+    const bool bad = s_bad_kv != 0;
+    pair_both_done();
+    pair_combine_warp<NTO, D, DT>(p, rt, hk, r0, warp, lane, o, sm, bad, reinterpret_cast<float*>(smem), s_pair);
+    pair_before_exit();
+    return;
+  }
   if (s_bad_kv) {
     write_nan_rows<Shape, DT>(p, rt.q_start, rt.R, rt.row0, hk, split, tid, 32 * CW);
     return;

@@ -63,6 +63,10 @@ struct KernelParams {
   // tile) for the whole batch, handed to the requests by their KV lengths
   // (kernels/core/balanced_splits.cuh).
   int32_t split_units;
+  // Plan::pair_splits: 1 when the two splits of a row tile run as one cluster
+  // and combine their rows themselves (the output written directly, no
+  // workspace).
+  int32_t pair_splits;
   float* ws_o;         // [splits][total_q * Hq][Dv] fp32 (splits > 1)
   float* ws_lse;       // [splits][total_q * Hq] fp32
   int64_t ws_rows;     // total_q * Hq

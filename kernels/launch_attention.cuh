@@ -91,6 +91,8 @@ va_status launch_kernel(const KernelParams& kp, const Plan& plan, int dtype, voi
   launch_grid(plan, Shape::kRowsGrid && plan.grid_rows_fastest, kp.batch_size, kp.num_kv_heads,
               &grid.x, &grid.y, &grid.z);
   grid.x *= Shape::kClusterX;  // a cluster's CTAs side by side along x (cta_coord)
+  // A pair of splits (grid z = 2) as one cluster: kernels/core/pair_combine.cuh.
+  const dim3 cluster(Shape::kClusterX, 1, plan.pair_splits ? 2 : 1);
   cudaGetLastError();  // drop a stale, non-sticky error so the check below is ours
   // The sm_90a kernels are programmatic dependents of whatever ran before
   // them in the stream (kernels/pdl_launch.h): their launch and set-up
@@ -98,11 +100,11 @@ va_status launch_kernel(const KernelParams& kp, const Plan& plan, int dtype, voi
   // touching global memory.
   const cudaError_t e = launch_maybe_pdl(Shape::kWgmma, kernel_for<Shape, DT, Loader>(), grid,
                                          Shape::kThreads, Shape::kSmemBytes,
-                                         static_cast<cudaStream_t>(stream), Shape::kClusterX, kp);
+                                         static_cast<cudaStream_t>(stream), cluster, kp);
   if (e != cudaSuccess) cudaGetLastError();
   st = va_check_cuda(e != cudaSuccess ? e : cudaGetLastError(), "attention_kernel launch");
   if (st != VA_OK) return st;
-  if (plan.splits > 1) return launch_merge(kp, plan, dtype, Shape::kDv, stream);
+  if (plan.splits > 1 && !plan.pair_splits) return launch_merge(kp, plan, dtype, Shape::kDv, stream);
   return VA_OK;
 }
 

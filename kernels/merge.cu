@@ -20,10 +20,10 @@ va_status launch_merge_t(const KernelParams& kp, int dv, bool pdl, cudaStream_t 
   const dim3 grid(static_cast<unsigned>(blocks));
   cudaError_t e = cudaSuccess;
   switch (dv) {
-    case 64: e = launch_maybe_pdl(pdl, merge_kernel<DT, 64>, grid, 128, 0, stream, 1, kp); break;
-    case 128: e = launch_maybe_pdl(pdl, merge_kernel<DT, 128>, grid, 128, 0, stream, 1, kp); break;
-    case 256: e = launch_maybe_pdl(pdl, merge_kernel<DT, 256>, grid, 128, 0, stream, 1, kp); break;
-    case 512: e = launch_maybe_pdl(pdl, merge_kernel<DT, 512>, grid, 128, 0, stream, 1, kp); break;
+    case 64: e = launch_maybe_pdl(pdl, merge_kernel<DT, 64>, grid, 128, 0, stream, dim3(1, 1, 1), kp); break;
+    case 128: e = launch_maybe_pdl(pdl, merge_kernel<DT, 128>, grid, 128, 0, stream, dim3(1, 1, 1), kp); break;
+    case 256: e = launch_maybe_pdl(pdl, merge_kernel<DT, 256>, grid, 128, 0, stream, dim3(1, 1, 1), kp); break;
+    case 512: e = launch_maybe_pdl(pdl, merge_kernel<DT, 512>, grid, 128, 0, stream, dim3(1, 1, 1), kp); break;
     default:
       return va_fail(VA_ERR_UNSUPPORTED, "head_dim_vo: no merge kernel for %d", dv);
   }

@@ -15,12 +15,14 @@
 
 namespace verify_attn {
 
-// cluster_x > 1: thread-block clusters of cluster_x x 1 x 1 CTAs
-// (cudaLaunchAttributeClusterDimension; grid.x a multiple of cluster_x), the
-// cluster kernel's launch (kernels/mla_cluster_kernel.cuh).
+// cluster of more than one CTA: thread-block clusters of that shape
+// (cudaLaunchAttributeClusterDimension; each grid dimension a multiple of
+// the cluster's): the cluster MLA kernel's 2 x 1 x 1
+// (kernels/mla_cluster_kernel.cuh) and a pair of splits' 1 x 1 x 2
+// (kernels/core/pair_combine.cuh).
 template <typename... Args>
 cudaError_t launch_maybe_pdl(bool pdl, void (*kernel)(Args...), dim3 grid, unsigned threads,
-                             size_t smem_bytes, cudaStream_t stream, unsigned cluster_x,
+                             size_t smem_bytes, cudaStream_t stream, dim3 cluster,
                              const Args&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
@@ -34,11 +36,11 @@ cudaError_t launch_maybe_pdl(bool pdl, void (*kernel)(Args...), dim3 grid, unsig
     attrs[n].val.programmaticStreamSerializationAllowed = 1;
     ++n;
   }
-  if (cluster_x > 1) {
+  if (cluster.x * cluster.y * cluster.z > 1) {
     attrs[n].id = cudaLaunchAttributeClusterDimension;
-    attrs[n].val.clusterDim.x = cluster_x;
-    attrs[n].val.clusterDim.y = 1;
-    attrs[n].val.clusterDim.z = 1;
+    attrs[n].val.clusterDim.x = cluster.x;
+    attrs[n].val.clusterDim.y = cluster.y;
+    attrs[n].val.clusterDim.z = cluster.z;
     ++n;
   }
   cfg.attrs = attrs;

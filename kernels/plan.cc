@@ -31,7 +31,7 @@ constexpr ConfigDesc make_desc(const char* tag) {
                     S::kM,        S::kN,         S::kWarps, S::kStages,
                     S::kSmemBytes, S::kMinBlocks, S::kWgmma ? 90 : 0, S::kWgmma,
                     tile_granule<S>(), S::kRowsGrid, k_by_tma<S>(), S::kSplitRoles,
-                    S::kClusterX, kv_fp8_ok<S>(), kBalancesSplits<S>};
+                    S::kClusterX, kv_fp8_ok<S>(), kBalancesSplits<S>, kPairsSplits<S>};
 }
 
 const ConfigDesc kDescs[kNumConfigs] = {
@@ -512,7 +512,13 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
   // workspace). VA_AUTO: only where the longest request's splits would hold
   // kMinBalancedSplitTiles tiles each; VA_ON: wherever the kernel can.
   plan->split_units = 0;
-  if (d.balance && !kv_fp8 && p.num_splits == 0 && opt.balance_splits != VA_OFF && splits > 1 &&
+  // Two splits: the row tile's two CTAs as one cluster combine their rows in
+  // distributed shared memory (kernels/core/pair_combine.cuh), where a split
+  // call would otherwise write fp32 partial rows and launch the merge kernel;
+  // clusters need sm_90 or newer. Before balanced splits, unless the options
+  // ask for those.
+  plan->pair_splits = d.pair && !kv_fp8 && dev.sm_arch >= 90 && splits == 2 && opt.balance_splits != VA_ON;
+  if (!plan->pair_splits && d.balance && !kv_fp8 && p.num_splits == 0 && opt.balance_splits != VA_OFF && splits > 1 &&
       p.batch_size >= 2 && p.batch_size <= kMaxBalancedBatch &&
       (opt.balance_splits == VA_ON || (kv_tiles + splits - 1) / splits >= kMinBalancedSplitTiles)) {
     const int64_t units = static_cast<int64_t>(p.batch_size) * splits;
@@ -521,7 +527,7 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
     plan->splits = static_cast<int>(splits);
   }
   plan->ws_rows = static_cast<int64_t>(p.total_q) * p.num_qo_heads;
-  if (splits > 1) {
+  if (splits > 1 && !plan->pair_splits) {
     plan->ws_o_bytes = static_cast<size_t>(splits) * plan->ws_rows * p.head_dim_vo * sizeof(float);
     plan->workspace_bytes =
         plan->ws_o_bytes + static_cast<size_t>(splits) * plan->ws_rows * sizeof(float);

@@ -493,6 +493,20 @@ struct IsKvFp8<S, decltype(void(S::kKvFp8))> {
 // rows) spill with the request's index in a vector register.
 template <class S>
 inline constexpr bool kBalancesSplits = S::kSplitRoles && !S::kVIsK && !IsKvFp8<S>::value;
+// Whether a tile shape's kernel can combine two splits itself (Plan::pair_splits,
+// kernels/core/pair_combine.cuh): the 16-row GQA warp-role kernel, whose
+// consumer warps hold a whole 16-row slice of O to the end; not its
+// fp8-cache instances (their load warps have no register to spare).
+template <class S>
+constexpr bool pairs_splits() {
+  if constexpr (S::kSplitRoles && !S::kVIsK) {
+    return S::kRowsPerWarp == 16 && !IsKvFp8<S>::value;
+  } else {
+    return false;
+  }
+}
+template <class S>
+inline constexpr bool kPairsSplits = pairs_splits<S>();
 // Balanced splits take one lane per request: batches of 2 to this many.
 constexpr int kMaxBalancedBatch = 32;
 
@@ -511,6 +525,7 @@ struct ConfigDesc {
   int cluster_x;       // CTAs per cluster along x (TileShape*::kClusterX): grid x = cluster_x x launch_grid's
   bool kv_fp8;         // has fp8-cache instances (kv_fp8_ok)
   bool balance;        // can run balanced splits (kBalancesSplits)
+  bool pair;           // can combine two splits in a cluster (kPairsSplits)
 };
 const ConfigDesc& config_desc(ConfigId id);
 
@@ -640,6 +655,10 @@ struct Plan {
   int group;             // query rows folded per KV head and token (Hq / Hkv)
   int row_tiles;         // ceil(max_q_len * group / M)
   int splits;            // KV splits (grid z)
+  // splits == 2 combined by the row tile's two split CTAs, launched as one
+  // thread-block cluster (1 x 1 x 2), in distributed shared memory: no
+  // workspace, no merge kernel (kernels/core/pair_combine.cuh).
+  bool pair_splits;
   bool kv_fp8;           // the cache is fp8 e4m3 (va_params.kv_dtype): the KvFp8 instance runs
   // The TMA kernel's instance that skips invisible draft tiles
   // (TileShapeWgmmaMla's SKIP_DRAFT_TILES): TREE masks with max_q_len > 4 N on

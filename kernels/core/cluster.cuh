@@ -1,5 +1,6 @@
 // Thread-block cluster primitives (sm_90 and newer; the arch-specific images
-// of the cluster kernel, kernels/mla_cluster_kernel.cuh): this CTA's rank, the
+// of the cluster kernel, kernels/mla_cluster_kernel.cuh, and of the GQA
+// warp-role kernel's pair of splits, kernels/core/pair_combine.cuh): this CTA's rank, the
 // partner CTA's shared-memory address of a local variable (mapa), 16-byte
 // stores into a partner's shared memory whose completion counts bytes on the
 // partner's mbarrier (st.async ... mbarrier::complete_tx), the receiving
@@ -76,6 +77,12 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t by
 // keeps both CTAs resident until neither writes into the other).
 __device__ __forceinline__ void barrier_arrive_relaxed() {
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
+// The release arrive: this thread's earlier memory accesses are ordered
+// before what the cluster's threads do after their wait (a pair of splits
+// hands its stage memory to the partner's writes: kernels/core/pair_combine.cuh).
+__device__ __forceinline__ void barrier_arrive() {
+  asm volatile("barrier.cluster.arrive.aligned;\n" ::: "memory");
 }
 __device__ __forceinline__ void barrier_wait() {
   asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");

@@ -1,7 +1,8 @@
 // A finished row of O leaving a kernel: one thread's columns of one folded
 // row, normalized, to the output (bf16 / fp16) when the row tile is unsplit,
 // else to its split's fp32 workspace row for merge_kernel
-// (kernels/core/merge.cuh); the natural-log lse beside it. Shared by the
+// (kernels/core/merge.cuh); the natural-log lse beside it. A pair of splits
+// (kernels/core/pair_combine.cuh) stores its combined rows to the output. Shared by the
 // portable kernels (mma.sync fragment layout, kernels/core/mma.cuh).
 #ifndef VERIFY_ATTN_CORE_EPILOGUE_CUH_
 #define VERIFY_ATTN_CORE_EPILOGUE_CUH_
@@ -23,7 +24,7 @@ template <int NTO, int DV, typename DT>
 __device__ __forceinline__ void store_out_row(const KernelParams& p, int split, const FoldedRow& fr, int col,
                                               const float (&o)[NTO][4], int h, float inv, float lse,
                                               bool write_lse) {
-  if (p.num_splits == 1) {
+  if (p.num_splits == 1 || p.pair_splits) {
     DT* orow = static_cast<DT*>(p.out) + fr.token * p.out_stride_token + fr.head * p.out_stride_head + col;
 #pragma unroll
     for (int j = 0; j < NTO; ++j)

@@ -168,6 +168,9 @@ __device__ void write_nan_rows(const KernelParams& p, int q_start, int R, int ro
                                int split, int tid = threadIdx.x, int nthreads = Shape::kThreads) {
   constexpr int M = Shape::kM, DV = Shape::kDv;
   const int G = p.group;
+  // A pair of splits (kernels/core/pair_combine.cuh) writes the output
+  // itself: split 0 writes the rows.
+  if (p.pair_splits && split != 0) return;
   for (int idx = tid; idx < M * DV; idx += nthreads) {
     const int r = idx / DV, c = idx % DV;
     const int gr = row0 + r;
@@ -175,7 +178,7 @@ __device__ void write_nan_rows(const KernelParams& p, int q_start, int R, int ro
     const FoldedRow fr = folded_row(q_start, hk, G, gr);
     const int64_t token = fr.token;
     const int h = fr.head;
-    if (p.num_splits > 1) {
+    if (p.num_splits > 1 && !p.pair_splits) {
       // The partial row too, though the merge turns the row NaN by its lse
       // alone: merge_row loads the first splits' partial rows before their
       // lse (kernels/core/merge.cuh), and workspace it reads stays defined.

@@ -117,7 +117,8 @@ int main() {
       CHECK(d.smem_bytes <= dev.max_smem_optin, "%s needs %d bytes > %d on sm_%d", plan.name,
             d.smem_bytes, dev.max_smem_optin, dev.sm_arch);
       CHECK(plan.splits >= 1, "splits >= 1");
-      CHECK((plan.splits > 1) == (plan.workspace_bytes > 0), "workspace iff split");
+      CHECK((plan.splits > 1 && !plan.pair_splits) == (plan.workspace_bytes > 0),
+            "workspace iff split, but for a pair of splits");
       // A batch that already fills the SMs is never split.
       const long ctas = static_cast<long>(c.b) * c.hkv * plan.row_tiles;
       if (ctas >= dev.num_sms) CHECK(plan.splits == 1, "%s: %ld CTAs but %d splits", plan.name, ctas, plan.splits);
@@ -717,7 +718,8 @@ int main() {
         continue;
       }
       const va::ConfigDesc& d = va::config_desc(plan.config);
-      const int64_t ws_rows_cap = plan.splits > 1
+      const bool ws = plan.workspace_bytes > 0;  // a pair of splits combines its rows without one
+      const int64_t ws_rows_cap = ws
           ? static_cast<int64_t>(plan.ws_o_bytes / (sizeof(float) * p.head_dim_vo)) : 0;
       // Each request's split count: plan.splits, or with balanced splits the
       // kernel's allocation of the pool by these lengths.
@@ -752,7 +754,7 @@ int main() {
                 const int64_t token = q_start + r / plan.group;
                 const int head = hk * plan.group + r % plan.group;
                 if (z == 0) ok &= rows_seen.insert({token, head}).second;
-                if (plan.splits > 1) {
+                if (ws) {
                   const int64_t w = va::workspace_row(z, plan.ws_rows, token, hq, head);
                   ok &= w >= 0 && w < plan.splits * ws_rows_cap && ws_seen.insert(w).second;
                 }
@@ -918,6 +920,36 @@ int main() {
     CHECK(fails_naming_option(make_plan(shape(false, 128, 16, 2, 3, 16, 4096), sm90, &bad), "options.balance_splits"),
           "a bad switch fails naming it: %s", va_last_error_message());
     g_opt.balance_splits = VA_AUTO;
+  }
+  // A pair of splits (kernels/core/pair_combine.cuh): two splits on a 16-row
+  // GQA warp-role kernel run as one cluster and need no workspace, the plan's
+  // own two splits too (before balanced splits); three splits, an fp8 cache
+  // and the other kernels keep the workspace and the merge.
+  for (const va::DeviceInfo* dev : {&sm90, &sm120}) {
+    // B16 H32/4 T16 L8k: the plan's own 2 splits on 132 SMs (5 on sm_120's 188), forced on sm_120.
+    va_params p = shape(false, 128, 32, 4, 16, 16, 8192);
+    if (dev->sm_arch != 90) p.num_splits = 2;
+    va::Plan automatic, three, fp8, one_tile;
+    CHECK(make_plan(p, *dev, &automatic) == VA_OK, "%s", va_last_error_message());
+    p.num_splits = 3;
+    CHECK(make_plan(p, *dev, &three) == VA_OK && !three.pair_splits && three.workspace_bytes > 0, "3 splits: %s",
+          three.name);
+    set_config("gqa_d128_m64n64_s2");
+    p.num_splits = 2;
+    CHECK(make_plan(p, *dev, &one_tile) == VA_OK && !one_tile.pair_splits && one_tile.workspace_bytes > 0,
+          "the one-tile kernel: %s", one_tile.name);
+    set_config("");
+    if (va::config_desc(automatic.config).pair) {
+      CHECK(automatic.splits == 2 && automatic.pair_splits && automatic.split_units == 0 &&
+                automatic.workspace_bytes == 0,
+            "%s sm_%d: a pair (%d splits, %d units)", automatic.name, dev->sm_arch, automatic.splits,
+            automatic.split_units);
+      p.kv_dtype = VA_KV_DTYPE_FP8_E4M3;
+      CHECK(make_plan(p, *dev, &fp8) == VA_OK && !fp8.pair_splits && fp8.workspace_bytes > 0, "fp8: %s",
+            fp8.name);
+    } else {
+      CHECK(!automatic.pair_splits, "%s: no pair", automatic.name);
+    }
   }
   // Split choice avoids a partial last wave.
   CHECK(va::choose_splits(16, 1026, 132, 1) == 8, "B1 H16 T64 L32k: 8 splits (one wave)");
