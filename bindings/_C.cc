@@ -59,7 +59,7 @@ uintptr_t ptr_get(T* p) {
 class PlanHandle {
  public:
   PlanHandle(const va_params& p, const std::string& config, int grid_order, int early_release,
-             int q_tma, int o_tma, int max_smem_bytes, int balance_splits) {
+             int q_tma, int o_tma, int max_smem_bytes, int balance_splits, int pair_splits) {
     va_plan_options o;
     va_plan_options_init(&o);
     if (config.size() >= sizeof(o.config))
@@ -73,6 +73,7 @@ class PlanHandle {
     o.o_tma = o_tma;
     o.max_smem_bytes = max_smem_bytes;
     o.balance_splits = balance_splits;
+    o.pair_splits = pair_splits;
     check(va_plan_create(&p, &o, &plan_), "va_plan_create");
   }
   ~PlanHandle() { va_plan_destroy(plan_); }
@@ -124,6 +125,7 @@ class PlanHandle {
     d["o_tma"] = info.o_tma != 0;
     d["grid_rows_fastest"] = info.grid_rows_fastest != 0;
     d["split_units"] = info.split_units;
+    d["pair_splits"] = info.pair_splits != 0;
     return d;
   }
 
@@ -250,10 +252,10 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<PlanHandle>(m, "Plan",
                          "va_plan of kernels/verify_attn.h: planned once per batch, run per layer.")
-      .def(py::init<const va_params&, const std::string&, int, int, int, int, int, int>(),
+      .def(py::init<const va_params&, const std::string&, int, int, int, int, int, int, int>(),
            py::arg("params"), py::arg("config") = "", py::arg("grid_order") = 0,
            py::arg("early_release") = 0, py::arg("q_tma") = 0, py::arg("o_tma") = 0,
-           py::arg("max_smem_bytes") = 0, py::arg("balance_splits") = 0)
+           py::arg("max_smem_bytes") = 0, py::arg("balance_splits") = 0, py::arg("pair_splits") = 0)
       .def("run", &PlanHandle::run, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"),
            py::arg("lse"), py::arg("workspace"), py::arg("workspace_bytes"), py::arg("stream"),
            py::arg("k_scale") = 0.0f, py::arg("v_scale") = 0.0f,

@@ -524,6 +524,7 @@ void fill_info(const va_plan& pl, va_config_info* info) {
   info->o_tma = plan.o_tma ? 1 : 0;
   info->grid_rows_fastest = plan.grid_rows_fastest ? 1 : 0;
   info->split_units = plan.split_units;
+  info->pair_splits = plan.pair_splits ? 1 : 0;
 }
 
 }  // namespace

@@ -263,7 +263,7 @@ va_status check_plan_options(const va_plan_options& opt, int* forced_config) {
                    opt.grid_order);
   const struct { int32_t v; const char* name; } switches[] = {
       {opt.early_release, "options.early_release"}, {opt.q_tma, "options.q_tma"}, {opt.o_tma, "options.o_tma"},
-      {opt.balance_splits, "options.balance_splits"}};
+      {opt.balance_splits, "options.balance_splits"}, {opt.pair_splits, "options.pair_splits"}};
   for (const auto& sw : switches)
     if (sw.v < VA_AUTO || sw.v > VA_OFF)
       return va_fail(VA_ERR_INVALID_VALUE, "%s: must be VA_AUTO, VA_ON or VA_OFF (got %d)", sw.name, sw.v);
@@ -516,8 +516,9 @@ va_status make_plan(const va_params& p, const DeviceInfo& dev, const va_plan_opt
   // distributed shared memory (kernels/core/pair_combine.cuh), where a split
   // call would otherwise write fp32 partial rows and launch the merge kernel;
   // clusters need sm_90 or newer. Before balanced splits, unless the options
-  // ask for those.
-  plan->pair_splits = d.pair && !kv_fp8 && dev.sm_arch >= 90 && splits == 2 && opt.balance_splits != VA_ON;
+  // ask for those (or turn the pair off).
+  plan->pair_splits = d.pair && !kv_fp8 && dev.sm_arch >= 90 && splits == 2 && opt.pair_splits != VA_OFF &&
+                      opt.balance_splits != VA_ON;
   if (!plan->pair_splits && d.balance && !kv_fp8 && p.num_splits == 0 && opt.balance_splits != VA_OFF && splits > 1 &&
       p.batch_size >= 2 && p.batch_size <= kMaxBalancedBatch &&
       (opt.balance_splits == VA_ON || (kv_tiles + splits - 1) / splits >= kMinBalancedSplitTiles)) {

@@ -59,9 +59,10 @@
 extern "C" {
 #endif
 
-#define VA_ABI_VERSION 6  /* 3: plan handles (va_plan_*), va_plan_options, va_run_args; 4: va_verify_metadata;
+#define VA_ABI_VERSION 7  /* 3: plan handles (va_plan_*), va_plan_options, va_run_args; 4: va_verify_metadata;
                              5: va_params.kv_dtype, k_scale, v_scale, va_run_args.k_scale, v_scale (fp8 caches);
-                             6: va_plan_options.balance_splits, va_config_info.split_units */
+                             6: va_plan_options.balance_splits, va_config_info.split_units;
+                             7: va_plan_options.pair_splits, va_config_info.pair_splits */
 
 typedef enum va_status {
   VA_OK = 0,
@@ -196,6 +197,8 @@ typedef struct va_config_info {
   int32_t split_units;       /* 0: every request's row tiles split num_splits ways; else the
                                 split CTAs of each (KV head, row tile), shared by the requests
                                 in proportion to their KV lengths on the device (balance_splits) */
+  int32_t pair_splits;       /* 1: the two splits of each row tile run as one thread-block cluster
+                                and combine their rows themselves: no workspace, no merge kernel */
 } va_config_info;
 
 void va_params_init(va_params* p);
@@ -235,6 +238,13 @@ typedef struct va_plan_options {
                              hold 8 KV tiles or more (below that the allocation costs more
                              than it can save); VA_OFF: every request splits its KV range
                              num_splits ways. A forced num_splits never balances. */
+  int32_t pair_splits;    /* va_switch: VA_AUTO / VA_ON: where a call splits in two (the plan's
+                             count or a forced num_splits = 2) on the 16-row GQA warp-role
+                             kernels of an sm_90+ device (not over an fp8 cache), the two split
+                             CTAs of each row tile run as one thread-block cluster and combine
+                             their rows in distributed shared memory (no workspace, no merge
+                             kernel), before balanced splits unless balance_splits is VA_ON;
+                             VA_OFF: fp32 partial rows and the merge kernel. */
 } va_plan_options;
 
 void va_plan_options_init(va_plan_options* o);

@@ -944,12 +944,24 @@ int main() {
                 automatic.workspace_bytes == 0,
             "%s sm_%d: a pair (%d splits, %d units)", automatic.name, dev->sm_arch, automatic.splits,
             automatic.split_units);
+      g_opt.pair_splits = VA_OFF;
+      va::Plan off;
+      CHECK(make_plan(p, *dev, &off) == VA_OK && !off.pair_splits && off.splits == 2 && off.workspace_bytes > 0,
+            "pair off: %s", off.name);
+      g_opt.pair_splits = VA_AUTO;
       p.kv_dtype = VA_KV_DTYPE_FP8_E4M3;
       CHECK(make_plan(p, *dev, &fp8) == VA_OK && !fp8.pair_splits && fp8.workspace_bytes > 0, "fp8: %s",
             fp8.name);
     } else {
       CHECK(!automatic.pair_splits, "%s: no pair", automatic.name);
     }
+  }
+  {
+    g_opt.pair_splits = 5;
+    va::Plan bad;
+    CHECK(fails_naming_option(make_plan(shape(false, 128, 16, 2, 3, 16, 4096), sm90, &bad), "options.pair_splits"),
+          "a bad switch fails naming it: %s", va_last_error_message());
+    g_opt.pair_splits = VA_AUTO;
   }
   // Split choice avoids a partial last wave.
   CHECK(va::choose_splits(16, 1026, 132, 1) == 8, "B1 H16 T64 L32k: 8 splits (one wave)");

@@ -6,7 +6,8 @@ workspace and no merge kernel (the 16-row GQA warp-role kernels on sm_90 and new
   stages), paged (page_size 1 and 16) and flat, bf16 and fp16, ragged batches whose short
   requests leave the second split without a KV tile and whose row tiles have fewer rows than
   the CTA (consumer warps without rows): the plan needs no workspace, and the result matches
-  the float64 reference, as the three-split plan's (fp32 partial rows and the merge kernel) does;
+  the float64 reference, as the plans with the pair off and with three splits (fp32 partial rows
+  and the merge kernel) do;
 * a bad page id, and a device kv_len < q_len, in one request: flagged, that request's rows
   NaN, the other requests exact.
 
@@ -67,14 +68,20 @@ def test_pair_matches_reference(config, layout, page_size, dtype):
     with testing.kernel_path(testing.KernelPath(config=tag)):
         _forced(tag, p)
         info = testing.plan_info(p, num_splits=2)
-        assert info["name"].endswith(tag) and info["num_splits"] == 2 and info["workspace_bytes"] == 0, info
+        assert info["name"].endswith(tag) and info["num_splits"] == 2 and info["pair_splits"], info
+        assert info["workspace_bytes"] == 0, info
         ref = testing.reference(p)
         out, lse = testing.run(p, num_splits=2)
         testing.check(p, out, lse, ref=ref, label=f"[seed {seed}] pair")
         info3 = testing.plan_info(p, num_splits=3)
-        assert info3["workspace_bytes"] > 0, info3
+        assert not info3["pair_splits"] and info3["workspace_bytes"] > 0, info3
         out3, lse3 = testing.run(p, num_splits=3)
         testing.check(p, out3, lse3, ref=ref, label=f"[seed {seed}] three splits, merged")
+    with testing.kernel_path(testing.KernelPath(config=tag, pair_splits=False)):
+        info = testing.plan_info(p, num_splits=2)
+        assert not info["pair_splits"] and info["workspace_bytes"] > 0, info
+        out2, lse2 = testing.run(p, num_splits=2)
+        testing.check(p, out2, lse2, ref=ref, label=f"[seed {seed}] two splits, merged")
 
 
 @pytest.fixture()
@@ -114,7 +121,7 @@ def test_bad_request_in_a_pair(bad, _clean_errors):
         bit = errors.ERR_KV_SHORT
     with testing.kernel_path(testing.KernelPath(config=tag)):
         info = testing.plan_info(q, num_splits=2)
-        assert info["workspace_bytes"] == 0, info
+        assert info["pair_splits"] and info["workspace_bytes"] == 0, info
         out, _ = testing.run(q, num_splits=2)
     with pytest.raises(verify_attn.KernelInputError) as ei:
         verify_attn.check_errors()

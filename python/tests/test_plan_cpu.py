@@ -184,7 +184,7 @@ def test_the_tuning_reaches_the_plan(env):
                                         max_smem_bytes=101376))
     t = _layer()
     p.run(t["q"], t["k_cache"], t["v_cache"])
-    assert [e for e in env if e[0] == "plan"] == [("plan", ("gqa_d64_m64n64_s2", 2, 0, 2, 0, 101376, 0))]
+    assert [e for e in env if e[0] == "plan"] == [("plan", ("gqa_d64_m64n64_s2", 2, 0, 2, 0, 101376, 0, 0))]
 
 
 def test_run_launches_under_the_plan_device(env, monkeypatch):

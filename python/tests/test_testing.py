@@ -236,7 +236,11 @@ def test_kernel_path_sets_and_restores_the_tuning():
     assert _tuning() == before
     assert set(testing.PATHS) >= {"auto", "mma_sync", "cp_async", "tma", "tma_rows"}
     assert va.Tuning(config="mla_m32n32_s1", grid_order="requests", early_release=False, q_tma=False, o_tma=False,
-                     max_smem_bytes=101376, balance_splits=False).options() == ("mla_m32n32_s1", 2, 2, 2, 2, 101376, 2)
+                     max_smem_bytes=101376, balance_splits=False,
+                     pair_splits=False).options() == ("mla_m32n32_s1", 2, 2, 2, 2, 101376, 2, 2)
+    assert va.Tuning(pair_splits=True).options()[-1] == 1 and va.Tuning().options()[-1] == 0
+    with pytest.raises(TypeError, match="tuning.pair_splits"):
+        va.Tuning(pair_splits="no")
 
 
 def test_kernel_path_fixture(kernel_path):

@@ -1192,7 +1192,9 @@ def plan_info(
       the unsplit output by bulk tensor copies), ``grid_rows_fastest``,
       ``split_units`` (0, or the split CTAs per KV head and row tile that a
       batch's requests share by their KV lengths: ``Tuning.balance_splits``;
-      ``num_splits`` is then a request's most splits); plus
+      ``num_splits`` is then a request's most splits), ``pair_splits`` (True:
+      the two splits of each row tile combine their rows as one cluster, with
+      no workspace and no merge kernel: ``Tuning.pair_splits``); plus
       ``max_q_len``, ``max_kv_len``, ``kv_layout`` ("flat"/"paged"),
       ``v_is_k_prefix``. What it names is what the launch runs (no fallback
       happens at launch time). ``name`` is

@@ -79,6 +79,14 @@ class Tuning:
         taking more splits than a short one; None (the plan's rule): so where,
         besides, a split of ``max_kv_len`` would hold 8 KV tiles or more;
         False: every request splits its KV range ``num_splits`` ways.
+      pair_splits: None / True (the plan's rule): where a call splits in two
+        (the plan's count or ``num_splits=2``) on the 16-row GQA warp-role
+        kernels of an sm_90+ device (not over an fp8 cache), the two split
+        CTAs of each row tile run as one thread-block cluster and combine
+        their rows in distributed shared memory: no workspace and no merge
+        kernel (``plan_info()["pair_splits"]``); taken before balanced splits
+        unless ``balance_splits=True``. False: fp32 partial rows and the merge
+        kernel.
 
     Raises:
       TypeError / ValueError naming the field (``tuning.<field>``) at
@@ -93,6 +101,7 @@ class Tuning:
     o_tma: bool = True
     max_smem_bytes: int = 0
     balance_splits: Optional[bool] = None
+    pair_splits: Optional[bool] = None
 
     def __post_init__(self):
         self.options()
@@ -102,10 +111,10 @@ class Tuning:
                 raise ValueError(f"tuning.config: unknown configuration tag {self.config!r} (name one of: "
                                  f"{', '.join(tags)})")
 
-    def options(self) -> Tuple[str, int, int, int, int, int, int]:
+    def options(self) -> Tuple[str, int, int, int, int, int, int, int]:
         """The ``va_plan_options`` fields (config, grid_order, early_release,
-        q_tma, o_tma, max_smem_bytes, balance_splits); raises TypeError /
-        ValueError naming the field."""
+        q_tma, o_tma, max_smem_bytes, balance_splits, pair_splits); raises
+        TypeError / ValueError naming the field."""
         if not isinstance(self.config, str):
             raise TypeError(f"tuning.config: expected a str, got {type(self.config).__name__}")
         if not isinstance(self.grid_order, str):
@@ -120,13 +129,14 @@ class Tuning:
             raise ValueError(f"tuning.max_smem_bytes: must be in [0, 2^31-1], got {smem}")
         balance = 0 if self.balance_splits is None else (1 if _as_bool(self.balance_splits, "tuning.balance_splits")
                                                          else 2)
-        return (self.config, _GRID_ORDERS[self.grid_order], early, q_tma, o_tma, smem, balance)
+        pair = 0 if self.pair_splits is None else (1 if _as_bool(self.pair_splits, "tuning.pair_splits") else 2)
+        return (self.config, _GRID_ORDERS[self.grid_order], early, q_tma, o_tma, smem, balance, pair)
 
 
 DEFAULT_OPTIONS = Tuning().options()
 
 
-def tuning_options(tuning: Optional[Tuning]) -> Tuple[str, int, int, int, int, int, int]:
+def tuning_options(tuning: Optional[Tuning]) -> Tuple[str, int, int, int, int, int, int, int]:
     """``Tuning.options()`` of ``tuning`` (None: the defaults); TypeError for another type."""
     if tuning is None:
         return DEFAULT_OPTIONS

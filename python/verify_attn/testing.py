@@ -620,6 +620,8 @@ class KernelPath:
     balance_splits: True: the batch's split CTAs shared by KV length wherever
       the kernel can; False: every request split ``num_splits`` ways
       (``Tuning.balance_splits``).
+    pair_splits: False: two splits write fp32 partial rows for the merge
+      kernel instead of combining in a cluster (``Tuning.pair_splits``).
     """
 
     config: Optional[str] = None
@@ -628,6 +630,7 @@ class KernelPath:
     early_a0: Optional[bool] = None
     grid_order: Optional[str] = None
     balance_splits: Optional[bool] = None
+    pair_splits: Optional[bool] = None
 
     def tuning(self) -> "_va.Tuning":
         """The :class:`verify_attn.Tuning` of this path."""
@@ -635,7 +638,7 @@ class KernelPath:
                           early_release=self.early_a0,
                           q_tma=True if self.q_tma is None else self.q_tma,
                           o_tma=True if self.o_tma is None else self.o_tma,
-                          balance_splits=self.balance_splits)
+                          balance_splits=self.balance_splits, pair_splits=self.pair_splits)
 
 
 PATHS: Dict[str, KernelPath] = {

@@ -99,6 +99,10 @@ flags.DEFINE_list("compare_balance", [],
                   "Also run our paged kernel with balanced splits forced: 'on' (the batch's split CTAs shared by "
                   "KV length wherever the kernel can, Tuning(balance_splits=True): column ours_paged@balanced), "
                   "'off' (every request split num_splits ways, Tuning(balance_splits=False): ours_paged@unbalanced).")
+flags.DEFINE_bool("compare_pair", False,
+                  "Also run our paged kernel with the pair of splits off (Tuning(pair_splits=False): two splits "
+                  "write fp32 partial rows for the merge kernel instead of combining in a thread-block cluster; "
+                  "column ours_paged@no_pair).")
 flags.DEFINE_bool("sm120", False, "Also run our paged kernel planned as on sm_120 (the column ours_paged@sm120: "
                   "shared memory capped at 101,376 bytes per block, the configurations an RTX PRO 6000 "
                   "runs, on this card's SMs), with the mma.sync ceiling beside it.")
@@ -267,6 +271,8 @@ def build_impls(dry_run: bool, baselines_dir: str):
     for mode in FLAGS.compare_balance:
         on = {"on": True, "off": False}[mode]
         impls.append(ours.OursPaged(num_splits=ns, tag="balanced" if on else "unbalanced", balance_splits=on))
+    if FLAGS.compare_pair:
+        impls.append(ours.OursPaged(num_splits=ns, tag="no_pair", pair_splits=False))
     if FLAGS.kv_dtype == "fp8_e4m3":
         impls.append(ours.OursPagedFp8(num_splits=ns))
         if FLAGS.sm120:

@@ -66,18 +66,22 @@ class OursPaged(Impl):
     memory per block, i.e. the configuration sm_120 runs, on this card.
     ``balance_splits`` (with ``tag``): True, the batch's split CTAs shared by
     KV length wherever the kernel can; False, every request split
-    ``num_splits`` ways (``Tuning(balance_splits=...)``)."""
+    ``num_splits`` ways (``Tuning(balance_splits=...)``). ``pair_splits``
+    (with ``tag``): False, two splits write partial rows for the merge kernel
+    instead of combining in a cluster (``Tuning(pair_splits=...)``)."""
 
     name = "ours_paged"
     label = "verify_attn paged"
     competitor = False
     check_vs_ours = False
 
-    def __init__(self, force_config=None, num_splits=0, max_smem_bytes=0, tag=None, balance_splits=None):
+    def __init__(self, force_config=None, num_splits=0, max_smem_bytes=0, tag=None, balance_splits=None,
+                 pair_splits=None):
         self.force_config = force_config
         self.num_splits = num_splits
         self.max_smem_bytes = max_smem_bytes
         self.balance_splits = balance_splits
+        self.pair_splits = pair_splits
         tag = tag or force_config
         if tag:
             self.name = f"ours_paged@{tag}"
@@ -88,10 +92,11 @@ class OursPaged(Impl):
         """The :class:`verify_attn.Tuning` of this column (None: the plan's rules)."""
         import verify_attn as va
 
-        if not self.force_config and not self.max_smem_bytes and self.balance_splits is None:
+        if not self.force_config and not self.max_smem_bytes and self.balance_splits is None and \
+                self.pair_splits is None:
             return None
         return va.Tuning(config=self.force_config or "", max_smem_bytes=self.max_smem_bytes,
-                         balance_splits=self.balance_splits)
+                         balance_splits=self.balance_splits, pair_splits=self.pair_splits)
 
     def _caches(self, inputs):
         """The caches this column runs on and the plan's keywords for them."""
