@@ -50,3 +50,19 @@ def sm90_tma_env():
         errors._reset_for_tests()
         yield
         verify_attn.check_errors()
+
+
+@pytest.fixture
+def clean_errors():
+    """For a test that flags bad device inputs on purpose: the device error word
+    starts clean (raises if an earlier test left an error), and what the test
+    left flagged is cleared afterwards."""
+    import verify_attn
+
+    verify_attn.set_debug(False)
+    verify_attn.check_errors()
+    yield
+    try:
+        verify_attn.check_errors()
+    except verify_attn.KernelInputError:
+        pass

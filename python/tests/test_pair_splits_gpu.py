@@ -84,23 +84,8 @@ def test_pair_matches_reference(config, layout, page_size, dtype):
         testing.check(p, out2, lse2, ref=ref, label=f"[seed {seed}] two splits, merged")
 
 
-@pytest.fixture()
-def _clean_errors():
-    verify_attn.set_debug(False)
-    verify_attn.check_errors()
-    yield
-    try:
-        verify_attn.check_errors()
-    except verify_attn.KernelInputError:
-        pass
-
-
-def _rows(p, req):
-    return slice(sum(p.q_lens[:req]), sum(p.q_lens[:req + 1]))
-
-
 @pytest.mark.parametrize("bad", ["page_id_split0", "page_id_split1", "kv_short"])
-def test_bad_request_in_a_pair(bad, _clean_errors):
+def test_bad_request_in_a_pair(bad, clean_errors):
     """Request 1's bad page id in its first or its second split's KV range: the CTA that meets
     it sends or combines a NaN state; either way the request's rows are NaN."""
     seed = new_seed()
@@ -126,8 +111,9 @@ def test_bad_request_in_a_pair(bad, _clean_errors):
     with pytest.raises(verify_attn.KernelInputError) as ei:
         verify_attn.check_errors()
     assert ei.value.bits & bit and ei.value.request in (None, 1), str(ei.value)
-    assert torch.isnan(out[_rows(p, 1)]).all()
+    rows = dict(p.request_rows())
+    assert torch.isnan(out[rows[1]]).all()
     for req in (0, 2):
-        r = _rows(p, req)
+        r = rows[req]
         err = testing.rel_err(out[r], ref[r])
         assert torch.isfinite(out[r]).all() and err < testing.REL_TOL, (seed, req, err)
