@@ -106,7 +106,7 @@ class ConsumerTest(unittest.TestCase):
         if not any(t.startswith(tag) for t in tags):
             self.skipTest("wheel built for %s, this is %s" % (tags, tag))
         info = verify_attn.runtime_info()
-        self.assertEqual(info["abi_version"], 6)
+        self.assertEqual(info["abi_version"], 7)
         self.assertGreaterEqual(info["cuda_runtime"], 13000)
         self.assertTrue(all(a.startswith("sm_") for a in info["compiled_archs"]), info)
         self.assertTrue(math.isfinite(info["cuda_driver"]))
