@@ -137,8 +137,13 @@ def bad_index_case(rng, *, mla, splits, page_size=None, kv_slot_runs=1, balance=
         # three-stage warp-role kernel at these 28 rows per KV head; sm_120 plans the one-tile one).
         info = verify_attn.plan_info(q, k, v, qo, kv_indptr, bad, kv_len, tree_mask=tree, max_q_len=max(q_lens),
                                      max_kv_len=max(kv_lens), num_splits=splits, tuning=tuning, **hint)
-        assert not hint or info["name"].endswith("mla_wgmma_seesaw_tma_rows"), info["name"]
-        assert not balance or info["split_units"] > 0, "the plan does not balance the splits of the bad-index case"
+        why = ("the plan is %s, not the rows-map TMA kernel" % info["name"]
+               if hint and not info["name"].endswith("mla_wgmma_seesaw_tma_rows")
+               else "the plan does not balance the splits" if balance and info["split_units"] == 0 else None)
+        if why:
+            print("FAIL bad-index mla=%s page_size=%d kv_slot_runs=%d splits=%d%s: %s" % (
+                mla, page_size, kv_slot_runs, splits, " balanced" if balance else "", why))
+            return False
     out = verify_attn.tree_attention_paged(q, k, v, qo, kv_indptr, bad, kv_len, tree_mask=tree,
                                            max_q_len=max(q_lens), max_kv_len=max(kv_lens), num_splits=splits,
                                            tuning=tuning, **hint)
