@@ -24,7 +24,7 @@ import pytest
 import torch
 
 import verify_attn
-from verify_attn import errors, masks, testing
+from verify_attn import masks, testing
 from verify_attn.testing import new_seed
 
 pytestmark = [
@@ -175,26 +175,8 @@ def test_bad_request_in_a_balanced_batch(bad, clean_errors):
     p = testing.make_problem([16, 12, 9], [200, 4000, 700], model=GQA128, layout="paged", page_size=1,
                              tree="random", poison=False, seed=seed, device=DEV)
     ref = testing.reference(p)[0]
-    if bad == "page_id":
-        ind = p.kv_indices.clone()
-        start = int(p.kv_indptr[1])
-        ind[start + 2000] = p.k.shape[0] + 7  # request 1, past the cache
-        q = p.replace(kv_indices=ind)
-        bit = errors.ERR_KV_INDEX
-    else:
-        kvl = p.kv_len.clone()
-        kvl[1] = 5  # below request 1's 12 drafts
-        q = p.replace(kv_len=kvl)
-        bit = errors.ERR_KV_SHORT
+    q, bit = testing.bad_request(p, bad, kv_row=2000)
     with testing.kernel_path(testing.KernelPath(config=tag, balance_splits=True)):
         assert testing.plan_info(q)["split_units"] > 0
         out, _ = testing.run(q)
-    with pytest.raises(verify_attn.KernelInputError) as ei:
-        verify_attn.check_errors()
-    assert ei.value.bits & bit and ei.value.request in (None, 1), str(ei.value)
-    rows = dict(p.request_rows())
-    assert torch.isnan(out[rows[1]]).all()
-    for req in (0, 2):
-        r = rows[req]
-        err = testing.rel_err(out[r], ref[r])
-        assert torch.isfinite(out[r]).all() and err < testing.REL_TOL, (seed, req, err)
+    testing.check_bad_request(p, out, ref, bit, label=f"[seed {seed}] {bad}")

@@ -202,6 +202,24 @@ def test_poisoned_outputs(layout):
     assert testing.poisoned_outputs(p, return_lse=False)[1] is None
 
 
+def test_bad_request_changes_one_request():
+    """bad_request: a page id past the cache at the named KV row of the named
+    request, or its kv_len one below its q_len; the problem itself untouched;
+    the bit check_errors must raise; another kind a ValueError."""
+    from verify_attn import errors
+
+    p = testing.make_problem([4, 6, 3], [50, 90, 20], model="gqa_d128_g4", page_size=1, seed=3, device=CPU)
+    q, bit = testing.bad_request(p, "page_id", kv_row=40)
+    at = int(p.kv_indptr[1]) + 40
+    assert bit == errors.ERR_KV_INDEX and int(q.kv_indices[at]) >= p.k.shape[0]
+    changed = (q.kv_indices != p.kv_indices).nonzero().flatten().tolist()
+    assert changed == [at]
+    q, bit = testing.bad_request(p, "kv_short", req=2)
+    assert bit == errors.ERR_KV_SHORT and q.kv_len.tolist() == [54, 96, 2] and p.kv_len.tolist() == [54, 96, 23]
+    with pytest.raises(ValueError, match="kind"):
+        testing.bad_request(p, "nan")
+
+
 # ---------------------------------------------------------------------------
 # kernel paths: one place, undone on the way out
 

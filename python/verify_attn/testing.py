@@ -81,6 +81,8 @@ __all__ = [
     "reference",
     "rel_err",
     "check",
+    "bad_request",
+    "check_bad_request",
     "new_seed",
     "REL_TOL",
     "LSE_ATOL",
@@ -873,6 +875,49 @@ def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
     if den == 0:
         return float((x - ref).norm())
     return float((x - ref).norm() / den)
+
+
+def bad_request(p: Problem, kind: str, *, req: int = 1, kv_row: int = 0) -> Tuple[Problem, int]:
+    """Problem ``p`` with request ``req`` made bad, and the error bit
+    (``verify_attn.errors``) ``check_errors`` must then raise.
+
+    kind: ``"page_id"``, the page id of the request's KV row ``kv_row`` (a
+    paged ``p`` of page_size 1: the entry ``kv_indptr[req] + kv_row``) set past
+    the cache (``ERR_KV_INDEX``); ``"kv_short"``, its device kv_len set one
+    below its q_len (``ERR_KV_SHORT``). Raises ValueError for another kind.
+    """
+    from . import errors
+
+    if kind == "page_id":
+        ind = p.kv_indices.clone()
+        ind[int(p.kv_indptr[req]) + kv_row] = p.k.shape[0] + 7
+        return p.replace(kv_indices=ind), errors.ERR_KV_INDEX
+    if kind == "kv_short":
+        kvl = p.kv_len.clone()
+        kvl[req] = p.q_lens[req] - 1
+        return p.replace(kv_len=kvl), errors.ERR_KV_SHORT
+    raise ValueError(f"kind: 'page_id' or 'kv_short', got {kind!r}")
+
+
+def check_bad_request(p: Problem, out: torch.Tensor, ref_out: torch.Tensor, bit: int, *, req: int = 1,
+                      label: str = "") -> None:
+    """After a run of ``bad_request(p, ...)``'s problem: ``check_errors`` raises
+    ``KernelInputError`` with ``bit`` set, naming request ``req`` (or none);
+    that request's rows of ``out`` are NaN; every other request's rows are
+    finite and within ``REL_TOL`` of ``ref_out`` (``reference(p)[0]`` of the
+    good problem). Raises AssertionError (with ``label``) otherwise."""
+    try:
+        _va.check_errors()
+    except _va.KernelInputError as e:
+        assert e.bits & bit and e.request in (None, req), f"{label} {e}"
+    else:
+        raise AssertionError(f"{label} check_errors raised nothing")
+    for r, rows in p.request_rows():
+        if r == req:
+            assert torch.isnan(out[rows]).all(), f"{label} request {r}: not all NaN"
+        else:
+            err = rel_err(out[rows], ref_out[rows])
+            assert torch.isfinite(out[rows]).all() and err < REL_TOL, f"{label} request {r}: rel err {err}"
 
 
 def check(p: Problem, out: torch.Tensor, lse: Optional[torch.Tensor] = None, *, label: str = "",
